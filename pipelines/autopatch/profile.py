@@ -1,0 +1,215 @@
+"""The model profile: what `understand` proves about a HF model and what `act` generates from.
+
+Twelve decisions (LinkedIn's liger-autopatch decision-matrix.md), each with the method that settled it and
+its evidence. `to_json()` is a stable interface (the App and our evaluation read it): change it additively.
+"""
+
+from __future__ import annotations
+
+import enum
+import json
+from dataclasses import asdict
+from dataclasses import dataclass
+from dataclasses import field
+from dataclasses import replace
+from typing import Any
+
+from pipelines.outcome import PipelineError
+
+
+class Method(str, enum.Enum):
+    AST = "ast"  # read from the modeling/config source
+    PROBE = "probe"  # HF module run beside candidate Liger semantics on random inputs
+    OVERRIDE = "override"  # a reviewer's `--set field=value`
+
+
+class Status(str, enum.Enum):
+    SETTLED = "settled"
+    NEEDS_REVIEW = "needs review"
+
+
+@dataclass(frozen=True)
+class Evidence:
+    file: str  # path relative to site-packages, e.g. transformers/models/llama/modeling_llama.py
+    lines: tuple[int, int]  # first and last line, 1-based, inclusive
+    snippet: str
+    probe: dict[str, Any] | None = None  # for Method.PROBE: candidates tried and their max abs residuals
+
+    def to_json(self) -> dict:
+        out = {"file": self.file, "lines": list(self.lines), "snippet": self.snippet}
+        if self.probe is not None:
+            out["probe"] = self.probe
+        return out
+
+
+@dataclass(frozen=True)
+class Decision:
+    value: Any
+    method: Method
+    evidence: tuple[Evidence, ...] = ()
+    status: Status = Status.SETTLED
+    reason: str = ""  # why it needs review, or what an override replaced
+
+    def to_json(self) -> dict:
+        out = {
+            "value": self.value,
+            "method": self.method.value,
+            "evidence": [e.to_json() for e in self.evidence],
+            "status": self.status.value,
+        }
+        if self.reason:
+            out["reason"] = self.reason
+        return out
+
+
+# The 12 decisions, in the order of decision-matrix.md, with the values each may take.
+# None means "any value of the right type" (free-form names are allowed for mlp_kind and rope).
+NORM_TYPES = ("rms", "layer", "both", "none")
+CASTING_MODES = ("llama", "gemma", "none")
+MLP_KINDS = ("swiglu", "geglu", "phi3_swiglu", "relu_squared", "none")
+STRUCTURES = ("dense", "moe", "hybrid")
+ROPE_KINDS = ("standard", "llama4", "mrope", "none")
+HIDDEN_STATE_ACCESS = ("outputs[0]", "outputs.last_hidden_state")
+OUTPUT_CLASSES = ("LigerCausalLMOutputWithPast", "LigerMoeCausalLMOutputWithPast")
+
+DECISION_KEYS = (
+    "norm_type",
+    "rms_casting_mode",
+    "rms_offset",
+    "rms_in_place",
+    "mlp_kind",
+    "structure",
+    "has_vision",
+    "rope",
+    "output_class",
+    "hidden_state_access",
+    "logit_softcapping",
+    "norm_attrs",
+)
+
+
+@dataclass(frozen=True)
+class Identity:
+    """Names `act` derives paths and code from. All are read from the HF source, none typed by hand."""
+
+    model_type: str
+    display_name: str  # e.g. "Nemotron" (README row, docstrings)
+    causal_lm_class: str
+    base_model_class: str
+    config_class: str
+    decoder_layer_class: str
+    modeling_module: str  # transformers.models.X.modeling_X
+    modeling_file: str  # relative to site-packages
+    base_model_prefix: str = "model"
+    layers_attr: str = "layers"  # base_model.<layers_attr> holds the decoder layers
+    mlp_attr: str = "mlp"  # decoder_layer.<mlp_attr> is the MLP (or MoE block)
+    norm_class: str | None = None  # the RMSNorm/LayerNorm class the modeling module defines or uses
+    mlp_class: str | None = None
+    experts_class: str | None = None  # MoE: the fused experts class (transformers v5)
+    experts_attr: str | None = None  # MoE: path from the MoE block to the experts, e.g. "experts"
+    rotary_fn: str | None = None  # e.g. "apply_rotary_pos_emb"
+    forward_params: tuple[str, ...] = ()  # CausalLM.forward's parameters, in order, without self
+    supported_by: str | None = None  # apply_liger_kernel_to_* when the target already supports it
+
+
+@dataclass(frozen=True)
+class Profile:
+    identity: Identity
+    decisions: dict[str, Decision] = field(default_factory=dict)
+
+    @property
+    def model_type(self) -> str:
+        return self.identity.model_type
+
+    def value(self, key: str) -> Any:
+        return self.decisions[key].value
+
+    def needs_review(self) -> list[str]:
+        return [k for k in DECISION_KEYS if k in self.decisions and self.decisions[k].status is Status.NEEDS_REVIEW]
+
+    def to_json(self) -> dict:
+        ident = asdict(self.identity)
+        ident["forward_params"] = list(self.identity.forward_params)
+        return {
+            "model_type": self.identity.model_type,
+            "causal_lm_class": self.identity.causal_lm_class,
+            "modeling_file": self.identity.modeling_file,
+            "identity": ident,
+            "supported_by": self.identity.supported_by,
+            "decisions": {k: self.decisions[k].to_json() for k in DECISION_KEYS if k in self.decisions},
+            "needs_review": self.needs_review(),
+        }
+
+    def dumps(self) -> str:
+        return json.dumps(self.to_json(), indent=2, sort_keys=False)
+
+    def with_overrides(self, overrides: dict[str, Any]) -> Profile:
+        decisions = dict(self.decisions)
+        for key, value in overrides.items():
+            before = decisions.get(key)
+            was = f"was {before.value!r} ({before.method.value})" if before else "was unset"
+            decisions[key] = Decision(value, Method.OVERRIDE, (), Status.SETTLED, f"set by reviewer; {was}")
+        return replace(self, decisions=decisions)
+
+
+def _parse_bool(text: str) -> bool:
+    lowered = text.strip().lower()
+    if lowered in ("true", "1", "yes"):
+        return True
+    if lowered in ("false", "0", "no"):
+        return False
+    raise ValueError("expected true or false")
+
+
+def _parse_choice(choices: tuple[str, ...], open_ended: bool = False):
+    def parse(text: str) -> str:
+        value = text.strip()
+        if value in choices or (open_ended and value.isidentifier()):
+            return value
+        raise ValueError(f"expected one of {', '.join(choices)}" + (" or another identifier" if open_ended else ""))
+
+    return parse
+
+
+def _parse_offset(text: str) -> float:
+    return float(text)
+
+
+def _parse_norm_attrs(text: str) -> dict:
+    value = json.loads(text)
+    if not isinstance(value, dict) or set(value) - {"decoder", "final", "attn"}:
+        raise ValueError('expected JSON like {"decoder": [...], "final": "norm", "attn": [...]}')
+    return value
+
+
+OVERRIDE_PARSERS = {
+    "norm_type": _parse_choice(NORM_TYPES),
+    "rms_casting_mode": _parse_choice(CASTING_MODES),
+    "rms_offset": _parse_offset,
+    "rms_in_place": _parse_bool,
+    "mlp_kind": _parse_choice(MLP_KINDS, open_ended=True),
+    "structure": _parse_choice(STRUCTURES),
+    "has_vision": _parse_bool,
+    "rope": _parse_choice(ROPE_KINDS, open_ended=True),
+    "output_class": _parse_choice(OUTPUT_CLASSES, open_ended=True),
+    "hidden_state_access": _parse_choice(HIDDEN_STATE_ACCESS),
+    "logit_softcapping": _parse_bool,
+    "norm_attrs": _parse_norm_attrs,
+}
+
+
+def parse_overrides(items: list[str]) -> dict[str, Any]:
+    """`["rms_offset=1.0", "rope=none"]` -> typed values; unknown fields and bad values are refused."""
+    overrides: dict[str, Any] = {}
+    for item in items:
+        key, sep, raw = item.partition("=")
+        key = key.strip()
+        if not sep:
+            raise PipelineError(f"--set {item!r} is not field=value", hint="for example --set rms_offset=1.0")
+        if key not in OVERRIDE_PARSERS:
+            raise PipelineError(f"--set: unknown field {key!r}", hint=f"fields are: {', '.join(DECISION_KEYS)}")
+        try:
+            overrides[key] = OVERRIDE_PARSERS[key](raw)
+        except ValueError as exc:
+            raise PipelineError(f"--set {key}: bad value {raw!r} ({exc})") from None
+    return overrides

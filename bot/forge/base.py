@@ -1,0 +1,85 @@
+"""The one interface every forge implements. Git itself (clone, push) is not here: see `bot/gitops.py`.
+
+Create calls are idempotent by lookup: `ensure_pull_request` finds the PR by its head branch before it
+creates one, so a retried job never opens a second PR.
+"""
+
+from __future__ import annotations
+
+import enum
+from dataclasses import dataclass
+from typing import Protocol
+
+
+class Permission(enum.IntEnum):
+    """GitHub collaborator permission levels, ordered so that `>= Permission.WRITE` reads naturally."""
+
+    NONE = 0
+    READ = 1
+    TRIAGE = 2
+    WRITE = 3
+    MAINTAIN = 4
+    ADMIN = 5
+
+    @classmethod
+    def parse(cls, text: str | None) -> Permission:
+        return cls.__members__.get((text or "none").upper(), cls.NONE)
+
+
+@dataclass(frozen=True)
+class RepoRef:
+    owner: str
+    name: str
+
+    @property
+    def full_name(self) -> str:
+        return f"{self.owner}/{self.name}"
+
+
+@dataclass(frozen=True)
+class PullRequest:
+    number: int
+    head: str
+    base: str
+    url: str
+    draft: bool = True
+
+
+@dataclass(frozen=True)
+class WorkflowRun:
+    id: int
+    status: str  # queued | in_progress | completed
+    conclusion: str | None
+    head_branch: str
+
+
+class Forge(Protocol):
+    def permission(self, repo: RepoRef, username: str) -> Permission: ...
+
+    def add_reaction(self, repo: RepoRef, comment_id: int, content: str) -> None: ...
+
+    def create_comment(self, repo: RepoRef, issue_number: int, body: str) -> int: ...
+
+    def edit_comment(self, repo: RepoRef, comment_id: int, body: str) -> None: ...
+
+    def default_branch(self, repo: RepoRef) -> str: ...
+
+    def read_file(self, repo: RepoRef, path: str, ref: str) -> str | None: ...
+
+    def branch_head(self, repo: RepoRef, branch: str) -> str | None: ...
+
+    def find_pull_request(self, repo: RepoRef, head_branch: str) -> PullRequest | None: ...
+
+    def ensure_pull_request(self, repo: RepoRef, head_branch: str, base: str, title: str, body: str) -> PullRequest: ...
+
+    def create_issue(self, repo: RepoRef, title: str, body: str) -> int: ...
+
+    def edit_issue(self, repo: RepoRef, number: int, body: str) -> None: ...
+
+    def find_issue(self, repo: RepoRef, title: str) -> int | None: ...
+
+    def dispatch_workflow(self, repo: RepoRef, workflow: str, ref: str, inputs: dict[str, str]) -> None: ...
+
+    def download_artifact(self, repo: RepoRef, run_id: int, name: str) -> bytes | None: ...
+
+    def clone_url(self, repo: RepoRef) -> str: ...

@@ -1,0 +1,90 @@
+"""Probes on synthetic modules: the right candidate wins, a deliberately wrong one is rejected."""
+
+from __future__ import annotations
+
+import torch
+from torch import nn
+
+from pipelines.autopatch import probes
+
+
+class LlamaStyleRMSNorm(nn.Module):
+    def __init__(self, size, offset=0.0):
+        super().__init__()
+        self.weight = nn.Parameter(torch.ones(size))
+        self.variance_epsilon = 1e-6
+        self.offset = offset
+
+    def forward(self, x):
+        dtype = x.dtype
+        h = x.float()
+        h = h * torch.rsqrt(h.pow(2).mean(-1, keepdim=True) + self.variance_epsilon)
+        return (self.offset + self.weight) * h.to(dtype)
+
+
+class GemmaStyleRMSNorm(LlamaStyleRMSNorm):
+    def forward(self, x):
+        h = x.float()
+        h = h * torch.rsqrt(h.pow(2).mean(-1, keepdim=True) + self.variance_epsilon)
+        return (h * (1.0 + self.weight.float())).type_as(x)
+
+
+class MeanCenteredNorm(LlamaStyleRMSNorm):
+    """Neither an RMSNorm nor a LayerNorm: no candidate may claim it."""
+
+    def forward(self, x):
+        return (x - x.mean(-1, keepdim=True)) * self.weight
+
+
+def test_llama_casting_wins_and_gemma_casting_is_rejected():
+    result = probes.probe_norm(LlamaStyleRMSNorm(32), 32)
+    assert result.settled and result.value == ("rms", "llama", 0.0)
+    assert result.residuals["rms/gemma/offset=0"]["bf16"] > 0
+    assert result.residuals["rms/llama/offset=1"]["fp32"] > 0.1
+
+
+def test_gemma_casting_with_offset():
+    result = probes.probe_norm(GemmaStyleRMSNorm(32), 32)
+    assert result.value == ("rms", "gemma", 1.0)
+    assert result.matched == ["rms/gemma/offset=1"]
+
+
+def test_offset_is_told_apart_even_in_llama_mode():
+    assert probes.probe_norm(LlamaStyleRMSNorm(32, offset=1.0), 32).value == ("rms", "llama", 1.0)
+
+
+def test_a_norm_no_candidate_reproduces_needs_review():
+    result = probes.probe_norm(MeanCenteredNorm(32), 32)
+    assert not result.settled and result.value is None
+    assert "no candidate" in result.reason
+
+
+class GatedMLP(nn.Module):
+    def __init__(self, act):
+        super().__init__()
+        self.gate_proj, self.up_proj, self.down_proj = nn.Linear(16, 24), nn.Linear(16, 24), nn.Linear(24, 16)
+        self.act = act
+
+    def forward(self, x):
+        return self.down_proj(self.act(self.gate_proj(x)) * self.up_proj(x))
+
+
+def test_mlp_activation_is_proven():
+    assert probes.probe_mlp(GatedMLP(nn.functional.silu), 16).value == "swiglu"
+    tanh = probes.probe_mlp(GatedMLP(lambda t: nn.functional.gelu(t, approximate="tanh")), 16)
+    assert tanh.value == "geglu" and tanh.matched == ["gated/gelu_tanh"]
+    exact = probes.probe_mlp(GatedMLP(nn.functional.gelu), 16)
+    assert exact.value == "geglu (exact gelu)"  # Liger's GEGLU is tanh-only: not silently "geglu"
+    assert exact.residuals["gated/gelu_tanh"]["fp32"] > probes.FP32_TOLERANCE
+
+
+def test_rope_standard_and_partial():
+    torch.manual_seed(0)
+    q, k = torch.randn(1, 2, 5, 8), torch.randn(1, 2, 5, 8)
+    angles = torch.randn(1, 5, 4)
+    cos, sin = torch.cat([angles.cos()] * 2, -1), torch.cat([angles.sin()] * 2, -1)
+    names = ("q", "k", "cos", "sin")
+    full = probes.probe_rope(probes.standard_rope, names, (q, k, cos, sin), {})
+    assert full.value == "standard" and full.matched == ["standard"]
+    half = probes.probe_rope(probes.partial_rope, names, (q, k, cos[..., :4], sin[..., :4]), {})
+    assert half.value == "none" and "n/a" in half.residuals["standard"]

@@ -1,0 +1,149 @@
+"""understand: resolution, the 12 decisions for models whose answers the source shows, and honest evidence."""
+
+from __future__ import annotations
+
+import pytest
+
+from pipelines.autopatch.profile import DECISION_KEYS
+from pipelines.autopatch.profile import Method
+from pipelines.autopatch.profile import Status
+from pipelines.autopatch.resolve import resolve
+from pipelines.autopatch.source import site_packages
+from pipelines.autopatch.understand import understand
+from pipelines.outcome import PipelineError
+
+
+@pytest.mark.parametrize("name", ["nemotron", "NemotronForCausalLM", "Nemotron", "NEMOTRON", "NemotronConfig"])
+def test_resolves_model_type_class_and_display_names(name):
+    ref = resolve(name)
+    assert (ref.model_type, ref.causal_lm_class, ref.module_name) == ("nemotron", "NemotronForCausalLM", "nemotron")
+
+
+def test_resolves_display_name_with_punctuation():
+    assert resolve("Qwen3-Next").model_type == "qwen3_next"
+    assert resolve("qwen3.5").causal_lm_class == "Qwen3_5ForCausalLM"
+
+
+def test_unknown_name_lists_close_matches():
+    with pytest.raises(PipelineError) as err:
+        resolve("nemotrn")
+    assert "nemotron" in err.value.hint
+
+
+@pytest.mark.parametrize("name", ["bert", "roberta"])
+def test_encoder_models_are_refused(name):
+    with pytest.raises(PipelineError, match="not a decoder-only|encoder"):
+        resolve(name)
+
+
+@pytest.mark.parametrize("name", ["t5", "bart"])
+def test_encoder_decoder_models_are_refused(name):
+    with pytest.raises(PipelineError, match="encoder-decoder"):
+        resolve(name)
+
+
+@pytest.mark.parametrize("name", ["../llama", "llama/../../etc", "llama;rm -rf", "$(id)", "a" * 200, "", "ll`a`"])
+def test_malicious_names_are_refused_before_any_lookup(name):
+    with pytest.raises(PipelineError, match="is not a model name"):
+        resolve(name)
+
+
+@pytest.fixture(scope="module")
+def profiles():
+    names = ("llama", "gemma", "gemma2", "qwen3_moe", "mixtral", "nemotron", "phi3")
+    return {name: understand(name) for name in names}
+
+
+def values(profile):
+    return {k: d.value for k, d in profile.decisions.items()}
+
+
+def test_llama(profiles):
+    got = values(profiles["llama"])
+    assert got["norm_type"] == "rms"
+    assert (got["rms_casting_mode"], got["rms_offset"], got["rms_in_place"]) == ("llama", 0.0, True)
+    assert (got["mlp_kind"], got["structure"], got["rope"], got["has_vision"]) == ("swiglu", "dense", "standard", False)
+    assert got["output_class"] == "LigerCausalLMOutputWithPast"
+    # transformers 5.24's LlamaForCausalLM.forward reads the attribute (Liger's older lce_forward uses outputs[0])
+    assert got["hidden_state_access"] == "outputs.last_hidden_state"
+    assert got["logit_softcapping"] is False
+    assert got["norm_attrs"] == {
+        "decoder": ["input_layernorm", "post_attention_layernorm"],
+        "final": "norm",
+        "attn": [],
+    }
+    assert profiles["llama"].needs_review() == []
+    ident = profiles["llama"].identity
+    assert (ident.base_model_class, ident.decoder_layer_class, ident.base_model_prefix) == (
+        "LlamaModel",
+        "LlamaDecoderLayer",
+        "model",
+    )
+    assert ident.forward_params[0] == "input_ids" and "labels" in ident.forward_params
+
+
+def test_gemma_uses_gemma_casting_offset_one_and_geglu(profiles):
+    got = values(profiles["gemma"])
+    assert (got["rms_casting_mode"], got["rms_offset"], got["mlp_kind"]) == ("gemma", 1.0, "geglu")
+    assert got["rms_in_place"] is True
+
+
+def test_gemma2_norms_in_sequence_are_not_in_place_and_it_softcaps(profiles):
+    got = values(profiles["gemma2"])
+    assert got["rms_in_place"] is False and got["logit_softcapping"] is True
+    assert "pre_feedforward_layernorm" in got["norm_attrs"]["decoder"]
+    reason = profiles["gemma2"].decisions["rms_in_place"].reason
+    assert "post_attention_layernorm" in reason and "pre_feedforward_layernorm" in reason
+
+
+@pytest.mark.parametrize("name", ["qwen3_moe", "mixtral"])
+def test_moe_models(profiles, name):
+    got = values(profiles[name])
+    assert got["structure"] == "moe"
+    assert got["output_class"] == "LigerMoeCausalLMOutputWithPast"
+    assert got["mlp_kind"] == "swiglu"  # proven on the fused experts module
+    assert profiles[name].identity.experts_class.endswith("Experts")
+
+
+def test_nemotron_layer_norm_1p_relu_squared_partial_rotary(profiles):
+    got = values(profiles["nemotron"])
+    assert (got["norm_type"], got["rms_offset"], got["rms_casting_mode"]) == ("layer", 1.0, None)
+    assert got["mlp_kind"] == "relu_squared"
+    assert got["rope"] == "none"
+    rope = profiles["nemotron"].decisions["rope"]
+    assert rope.method is Method.PROBE and rope.evidence[0].probe["matched"] == ["partial_rotary"]
+    assert "n/a" in rope.evidence[0].probe["candidates"]["standard"]
+
+
+def test_phi3_fused_gate_up(profiles):
+    assert values(profiles["phi3"])["mlp_kind"] == "phi3_swiglu"
+
+
+def test_every_profile_has_the_twelve_decisions_with_evidence(profiles):
+    for profile in profiles.values():
+        assert list(profile.decisions) == list(DECISION_KEYS)
+        for key, decision in profile.decisions.items():
+            assert decision.evidence, f"{profile.model_type}.{key} has no evidence"
+            if decision.status is Status.NEEDS_REVIEW:
+                assert decision.reason
+
+
+def test_evidence_line_ranges_really_contain_the_snippet(profiles):
+    checked = 0
+    for profile in profiles.values():
+        for decision in profile.decisions.values():
+            for evidence in decision.evidence:
+                lines = (site_packages() / evidence.file).read_text().splitlines()
+                first, last = evidence.lines
+                assert 1 <= first <= last <= len(lines)
+                assert "\n".join(lines[first - 1 : last]) == evidence.snippet
+                checked += 1
+    assert checked > 50
+
+
+def test_probe_decisions_report_every_candidates_residual(profiles):
+    casting = profiles["llama"].decisions["rms_casting_mode"]
+    probe = casting.evidence[0].probe
+    assert probe["matched"] == ["rms/llama/offset=0"]
+    assert probe["candidates"]["rms/llama/offset=0"] == {"fp32": 0.0, "bf16": 0.0}
+    assert probe["candidates"]["rms/gemma/offset=0"]["bf16"] > 0  # bf16 tells llama and gemma casting apart

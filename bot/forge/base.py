@@ -26,6 +26,22 @@ class Permission(enum.IntEnum):
         return cls.__members__.get((text or "none").upper(), cls.NONE)
 
 
+class ForgeError(RuntimeError):
+    """The forge refused or failed a call. The message names the call and the status, never a secret."""
+
+    def __init__(self, message: str, status: int | None = None):
+        super().__init__(message)
+        self.status = status
+
+
+class RateLimited(ForgeError):
+    """GitHub asked us to wait longer than a worker should block; run the job again after `retry_at` (epoch s)."""
+
+    def __init__(self, message: str, retry_at: float):
+        super().__init__(message, status=429)
+        self.retry_at = retry_at
+
+
 @dataclass(frozen=True)
 class RepoRef:
     owner: str
@@ -56,9 +72,16 @@ class WorkflowRun:
 class Forge(Protocol):
     def permission(self, repo: RepoRef, username: str) -> Permission: ...
 
-    def add_reaction(self, repo: RepoRef, comment_id: int, content: str) -> None: ...
+    def add_reaction(self, repo: RepoRef, comment_id: int, content: str, review_comment: bool = False) -> None:
+        """React to an issue comment, or to a PR review comment when `review_comment`."""
+        ...
 
-    def create_comment(self, repo: RepoRef, issue_number: int, body: str) -> int: ...
+    def create_comment(self, repo: RepoRef, issue_number: int, body: str) -> int:
+        """A body holding a hidden marker (`<!-- liger-bot:... -->`) is created once: an existing comment with the
+        same marker is returned instead."""
+        ...
+
+    def find_comment(self, repo: RepoRef, issue_number: int, marker: str) -> int | None: ...
 
     def edit_comment(self, repo: RepoRef, comment_id: int, body: str) -> None: ...
 
@@ -83,3 +106,11 @@ class Forge(Protocol):
     def download_artifact(self, repo: RepoRef, run_id: int, name: str) -> bytes | None: ...
 
     def clone_url(self, repo: RepoRef) -> str: ...
+
+    def push_credentials(self, repo: RepoRef) -> tuple[str, str] | None:
+        """(username, password) for pushing over HTTPS to `clone_url`, or None where none are needed."""
+        ...
+
+    def open_pull_requests(self, repo: RepoRef, head_prefix: str) -> list[PullRequest]:
+        """Open PRs whose head branch (in `repo` itself) starts with `head_prefix`, e.g. "liger-bot/"."""
+        ...

@@ -1,0 +1,61 @@
+"""The fuse pipeline on a small model in a fresh target checkout, and the demo's --json shape (through the CLI)."""
+
+import io
+import json
+import textwrap
+
+from bot.cli import program
+from pipelines.outcome import ExitStatus
+
+MODEL = textwrap.dedent("""
+    import torch
+    from torch import nn
+
+
+    class Tiny(nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.lin = nn.Linear(8, 8)
+
+        def forward(self, x, bias):
+            return torch.tanh(self.lin(x) * 0.5 + bias).sum(-1)
+
+
+    def make():
+        torch.manual_seed(0)
+        return Tiny(), (torch.randn(4, 8), torch.randn(8))
+""")
+
+
+def test_fuse_writes_a_verified_pass_on_a_branch(tmp_path, liger_checkout):
+    model = tmp_path / "model.py"
+    model.write_text(MODEL)
+    out, err = io.StringIO(), io.StringIO()
+    status = program(["fuse", f"{model}:make", "--repo", str(liger_checkout.root), "--json"], {}, out, err)
+    assert status == ExitStatus.OK, err.getvalue()
+    result = json.loads(out.getvalue())
+    assert result["profile"]["chains"][0]["ops"] == ["call_function:mul", "call_function:add", "call_function:tanh"]
+    assert result["files"] == ["src/liger_kernel/fuse_passes/fused_mul_add_tanh.py"]
+    assert {g["name"]: g["status"] for g in result["gates"]}["numerics vs eager"] == "PASS"
+    assert result["figures"]["replaced"] == {"fused_mul_add_tanh": 1}
+    written = (liger_checkout.root / result["files"][0]).read_text()
+    assert "def fused_mul_add_tanh_pattern(x, e0):" in written and "def register(registry):" in written
+    assert liger_checkout.git.current_branch() == result["branch"] and not liger_checkout.git.dirty_paths()
+
+
+def test_fuse_refuses_a_malformed_spec(liger_checkout):
+    err = io.StringIO()
+    status = program(["fuse", "model.py:not-a-name", "--repo", str(liger_checkout.root)], {}, io.StringIO(), err)
+    assert status == ExitStatus.REFUSED and "path/to/model.py:Factory" in err.getvalue()
+
+
+def test_demo_recsys_json_has_the_documented_fields():
+    out, err = io.StringIO(), io.StringIO()
+    status = program(["demo", "recsys", "--device", "cpu", "--steps", "3", "--json"], {}, out, err)
+    assert status == ExitStatus.OK, err.getvalue()
+    result = json.loads(out.getvalue())
+    assert {"device", "eager_ms", "compile_ms", "pass_ms", "replaced", "loss_max_abs_diff", "grads_match"} <= set(
+        result
+    )
+    assert result["replaced"] == {"loop_slice_mean_stack": 1} and result["grads_match"] is True
+    assert result["loss_max_abs_diff"] < 1e-5 and result["pass_graphs_compiled"] <= 2

@@ -1,0 +1,142 @@
+"""The pass replaces every registered form in a Dynamo graph and leaves the graph alone where it must."""
+
+import torch
+import torch.nn.functional as F
+
+from pipelines.fuse.runtime import compile as fuse_compile
+from pipelines.fuse.runtime import pooling
+from pipelines.fuse.runtime.families import default_registry
+
+LENGTHS = torch.tensor([3, 1, 6])
+OFFSETS = torch.tensor([0, 3, 4, 10])
+
+
+def _segments(values, lengths):
+    return torch.repeat_interleave(torch.arange(lengths.shape[0]), lengths, output_size=values.shape[0])
+
+
+def loop_form(v, offs):
+    return torch.stack([v[offs[i] : offs[i + 1]].mean(0) for i in range(len(offs) - 1)])
+
+
+def split_form(v, sizes):
+    return torch.stack([chunk.mean(0) for chunk in torch.split(v, sizes)])
+
+
+def index_add_form(v, lengths):
+    sums = torch.zeros(lengths.shape[0], v.shape[1], dtype=v.dtype).index_add_(0, _segments(v, lengths), v)
+    return sums / lengths.clamp(min=1).unsqueeze(1)
+
+
+def scatter_add_form(v, lengths):
+    index = _segments(v, lengths).unsqueeze(1).expand(-1, v.shape[1])
+    return torch.zeros(lengths.shape[0], v.shape[1]).scatter_add(0, index, v) / lengths.clamp(min=1).unsqueeze(1)
+
+
+def scatter_reduce_form(v, lengths, include_self=False):
+    index = _segments(v, lengths).unsqueeze(1).expand(-1, v.shape[1])
+    zeros = torch.zeros(lengths.shape[0], v.shape[1], dtype=v.dtype)
+    return zeros.scatter_reduce(0, index, v, reduce="mean", include_self=include_self)
+
+
+def segment_reduce_form(v, lengths):
+    return torch.segment_reduce(v, "mean", lengths=lengths)
+
+
+def embedding_bag_form(v, offsets):
+    return F.embedding_bag(torch.arange(v.shape[0]), v, offsets[:-1], mode="mean")
+
+
+FORMS = [
+    (loop_form, [0, 3, 4, 10], "loop_slice_mean_stack"),
+    (split_form, [3, 1, 6], "split_mean_stack"),
+    (index_add_form, LENGTHS, "index_add_div"),
+    (scatter_add_form, LENGTHS, "scatter_add_div"),
+    (scatter_reduce_form, LENGTHS, "scatter_reduce_mean"),
+    (segment_reduce_form, LENGTHS, "segment_reduce_mean"),
+    (embedding_bag_form, OFFSETS, "embedding_bag_mean"),
+]
+
+
+def _compiled(fn):
+    torch._dynamo.reset()
+    graphs = []
+
+    def keep(gm, example_inputs):
+        graphs.append(gm)
+        return gm.forward
+
+    return fuse_compile(fn, inner=keep), graphs
+
+
+def _targets(graphs):
+    return [getattr(n.target, "__name__", str(n.target)) for gm in graphs for n in gm.graph.nodes]
+
+
+def test_every_form_is_replaced_by_the_kernel_with_the_same_result():
+    values = torch.randn(10, 4, requires_grad=True)
+    expected = pooling.partitioned_mean_reference(values.detach(), OFFSETS)
+    for form, arg, name in FORMS:
+        compiled, graphs = _compiled(form)
+        out = compiled(values, arg)
+        assert compiled.liger_fuse_stats.replaced == {name: 1}, form.__name__
+        assert any("triton_partitioned_mean" in t for t in _targets(graphs)), form.__name__
+        torch.testing.assert_close(out, expected, msg=form.__name__)
+        out.sum().backward()
+        torch.testing.assert_close(
+            values.grad, torch.repeat_interleave(1 / LENGTHS.float(), LENGTHS)[:, None].expand(10, 4)
+        )
+        values.grad = None
+
+
+def test_offsets_variant_of_segment_reduce_is_replaced():
+    compiled, _ = _compiled(lambda v, o: torch.segment_reduce(v, "mean", offsets=o))
+    torch.testing.assert_close(compiled(torch.ones(10, 2), OFFSETS), torch.ones(3, 2))
+    assert compiled.liger_fuse_stats.replaced == {"segment_reduce_mean": 1}
+
+
+def test_a_failing_dtype_condition_leaves_the_original_ops():
+    compiled, graphs = _compiled(segment_reduce_form)
+    out = compiled(torch.randn(10, 4, dtype=torch.float16), LENGTHS)
+    assert compiled.liger_fuse_stats.replaced == {}
+    assert compiled.liger_fuse_stats.declined == {"segment_reduce_mean": 1}
+    assert "segment_reduce" in _targets(graphs) and out.dtype == torch.float16
+
+
+def test_include_self_scatter_reduce_is_not_a_partitioned_mean():
+    compiled, graphs = _compiled(lambda v, lengths: scatter_reduce_form(v, lengths, include_self=True))
+    values = torch.randn(10, 4)
+    torch.testing.assert_close(compiled(values, LENGTHS), scatter_reduce_form(values, LENGTHS, include_self=True))
+    assert compiled.liger_fuse_stats.declined == {"scatter_reduce_mean": 1}
+    assert "scatter_reduce" in _targets(graphs)
+
+
+def test_unsorted_segment_ids_are_not_matched():
+    def arbitrary_ids(v, ids):
+        return torch.zeros(3, v.shape[1]).index_add_(0, ids, v) / 2.0
+
+    compiled, graphs = _compiled(arbitrary_ids)
+    compiled(torch.randn(4, 2), torch.tensor([2, 0, 2, 1]))
+    assert compiled.liger_fuse_stats.replaced == {} and "index_add_" in _targets(graphs)
+
+
+def test_triton_off_on_cpu_declines_and_keeps_the_loop(monkeypatch):
+    monkeypatch.setenv("TRITON_INTERPRET", "0")
+    compiled, graphs = _compiled(segment_reduce_form)
+    compiled(torch.randn(10, 4), LENGTHS)
+    assert compiled.liger_fuse_stats.replaced == {} and "segment_reduce" in _targets(graphs)
+
+
+def test_liger_families_are_registered_and_cuda_only():
+    registry = default_registry()
+    assert {"partitioned_mean", "rms_norm", "swiglu"} <= set(registry.kernels)
+
+    def hf_rms_norm_and_swiglu(x, weight, up):
+        xf = x.to(torch.float32)
+        normed = weight * (xf * torch.rsqrt(xf.pow(2).mean(-1, keepdim=True) + 1e-6)).to(x.dtype)
+        return F.silu(normed) * up
+
+    compiled, graphs = _compiled(hf_rms_norm_and_swiglu)
+    compiled(torch.randn(2, 8), torch.randn(8), torch.randn(2, 8))
+    assert compiled.liger_fuse_stats.declined == {"rms_norm": 1, "swiglu": 1}  # matched, device=cuda fails
+    assert "rsqrt" in _targets(graphs) and "silu" in _targets(graphs)

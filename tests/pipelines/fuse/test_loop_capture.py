@@ -1,0 +1,58 @@
+"""The naive Python loop over offsets becomes one op at the module level, and new lengths do not recompile."""
+
+import torch
+from torch import nn
+
+from pipelines.fuse import recsys
+from pipelines.fuse.runtime import compile as fuse_compile
+from pipelines.fuse.runtime import pooling
+
+
+class AppendLoop(nn.Module):
+    def forward(self, values, offsets):
+        bounds = offsets.tolist()
+        pooled = []
+        for start, end in zip(bounds[:-1], bounds[1:], strict=False):
+            pooled.append(values[start:end].mean(dim=0))
+        out = torch.stack(pooled)
+        return out * 2
+
+
+class Comprehension(nn.Module):
+    def forward(self, values, offsets):
+        return torch.stack([torch.mean(values[offsets[i] : offsets[i + 1]], 0) for i in range(len(offsets) - 1)])
+
+
+def _batch(lengths, width=5):
+    offsets = torch.cat([torch.zeros(1, dtype=torch.int64), torch.tensor(lengths).cumsum(0)])
+    return torch.randn(int(offsets[-1]), width), offsets
+
+
+def test_both_loop_forms_are_captured_and_match_the_definition():
+    values, offsets = _batch([2, 5, 1])
+    expected = pooling.partitioned_mean_reference(values, offsets)
+    for module, scale in ((AppendLoop(), 2), (Comprehension(), 1)):
+        torch._dynamo.reset()
+        compiled = fuse_compile(module, inner="aot_eager")
+        torch.testing.assert_close(compiled(values, offsets), scale * expected)
+        assert compiled.liger_fuse_stats.loops_captured == 1
+        assert compiled.liger_fuse_stats.replaced == {"loop_slice_mean_stack": 1}
+
+
+def test_varying_lengths_compile_a_bounded_number_of_times():
+    size = recsys.DemoSize(items=50, dim=4, histories=3, max_history=6, hidden=8)
+    torch._dynamo.reset()
+    compiled = fuse_compile(recsys.NaiveEncoder(size), inner="aot_eager")
+    optimizer = torch.optim.SGD(compiled.parameters(), lr=0.1)
+    for batch in recsys.batches(size, 12, "cpu"):
+        recsys.train_step(compiled, optimizer, batch)
+    # one static graph, then one dynamic graph on the first new N; nothing after that
+    assert compiled.liger_fuse_stats.graphs_compiled <= 2
+
+
+def test_the_fallback_branch_keeps_the_loop_where_the_kernel_does_not_apply():
+    values, offsets = _batch([2, 3])
+    torch._dynamo.reset()
+    compiled = fuse_compile(AppendLoop(), inner="aot_eager")
+    half = values.half()
+    torch.testing.assert_close(compiled(half, offsets), AppendLoop()(half, offsets))

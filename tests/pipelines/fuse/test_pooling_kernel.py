@@ -1,0 +1,72 @@
+"""The Triton pooling kernels (interpreter) against the PyTorch definition, forward and backward."""
+
+import pytest
+import torch
+
+from pipelines.fuse.runtime import pooling
+
+CASES = {
+    "mixed_with_empty": [3, 0, 5, 1, 0],
+    "all_empty": [0, 0, 0],
+    "huge_among_tiny": [1, 0, 2] * 4 + [300] + [1, 0],
+    "single_partition": [37],
+}
+
+
+def _offsets(lengths):
+    return torch.cat([torch.zeros(1, dtype=torch.int64), torch.tensor(lengths).cumsum(0)])
+
+
+def _reference_grad(grad, offsets, rows):
+    lengths = offsets[1:] - offsets[:-1]
+    scaled = grad.double() / lengths.clamp(min=1).double().unsqueeze(1)
+    return torch.repeat_interleave(scaled, lengths, dim=0, output_size=rows)
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
+@pytest.mark.parametrize("case", CASES)
+def test_forward_and_backward_match_the_definition(case, dtype):
+    offsets = _offsets(CASES[case])
+    values = torch.randn(int(offsets[-1]), 6, dtype=dtype, requires_grad=True)
+    out = pooling.partitioned_mean(values, offsets)
+    expected = pooling.partitioned_mean_reference(values.detach().double(), offsets)
+    tol = 1e-5 if dtype == torch.float32 else 1e-2
+    assert out.dtype == dtype and out.shape == (len(CASES[case]), 6)
+    torch.testing.assert_close(out.double(), expected, rtol=tol, atol=tol)
+    grad = torch.randn_like(out)
+    out.backward(grad)
+    torch.testing.assert_close(
+        values.grad.double(), _reference_grad(grad, offsets, values.shape[0]), rtol=tol, atol=tol
+    )
+
+
+def test_empty_partitions_give_zeros_not_nan():
+    offsets = _offsets([0, 4, 0])
+    out = pooling.partitioned_mean(torch.randn(4, 3), offsets)
+    assert not out.isnan().any()
+    assert out[0].abs().sum() == 0 and out[2].abs().sum() == 0 and out[1].abs().sum() > 0
+
+
+def test_rows_outside_the_partitions_get_zero_gradient():
+    offsets = torch.tensor([2, 5, 7])  # rows 0-1 and 7-9 belong to no partition
+    values = torch.randn(10, 4, requires_grad=True)
+    pooling.partitioned_mean(values, offsets).sum().backward()
+    assert values.grad[:2].abs().sum() == 0 and values.grad[7:].abs().sum() == 0
+    torch.testing.assert_close(values.grad[2:5], torch.full((3, 4), 1 / 3))
+
+
+def test_grouped_form_pools_features_of_different_widths_in_one_call():
+    values = [torch.randn(10, 4, requires_grad=True), torch.randn(40, 3, requires_grad=True), torch.randn(5, 8)]
+    offsets = [_offsets([4, 0, 6]), _offsets([1, 38, 1]), _offsets([5])]
+    outs = pooling.grouped_partitioned_mean(values, offsets)
+    for v, o, out in zip(values, offsets, outs, strict=False):
+        torch.testing.assert_close(out.double(), pooling.partitioned_mean_reference(v.detach().double(), o))
+    (outs[0].sum() + 2 * outs[1].sum()).backward()
+    torch.testing.assert_close(values[1].grad.double(), 2 * _reference_grad(torch.ones(3, 3), offsets[1], 40))
+    torch.testing.assert_close(values[0].grad[:4], torch.full((4, 4), 0.25))
+
+
+def test_custom_op_passes_torch_library_opcheck():
+    offsets = _offsets([2, 0, 3])
+    values = torch.randn(5, 4, requires_grad=True)
+    torch.library.opcheck(pooling.partitioned_mean, (values, offsets), test_utils=("test_schema", "test_faketensor"))

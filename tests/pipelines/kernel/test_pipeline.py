@@ -1,0 +1,109 @@
+"""End to end on a real Liger-Kernel checkout: generated files pass the target's ruff and their own tests (CPU,
+TRITON_INTERPRET=1); the GPU gates SKIP here; bad input leaves the checkout untouched."""
+
+import ast
+import io
+
+import pytest
+
+from bot.cli import program
+from pipelines import render
+from pipelines.kernel import act
+from pipelines.kernel import pipeline
+from pipelines.kernel import spec
+from pipelines.kernel import understand
+from pipelines.outcome import ExitStatus
+from pipelines.outcome import GateStatus
+
+GEMMA_RMS_NORM = """import torch
+import torch.nn as nn
+
+
+class GemmaRMSNorm(nn.Module):
+    def __init__(self, hidden_size: int, eps: float = 1e-6):
+        super().__init__()
+        self.eps = eps
+        self.weight = nn.Parameter(torch.ones(hidden_size))
+
+    def _norm(self, x):
+        return x * torch.rsqrt(x.pow(2).mean(-1, keepdim=True) + self.eps)
+
+    def forward(self, x):
+        output = self._norm(x.float())
+        output = output * (1.0 + self.weight.float())
+        return output.type_as(x)
+"""
+
+
+def _statuses(run):
+    return {g.name: g.status for g in run.gates}
+
+
+@pytest.mark.slow
+def test_relu2_end_to_end(liger_checkout, tmp_path):
+    run = pipeline.run("relu2", liger_checkout.root, out_dir=tmp_path / "out", progress=lambda _: None)
+    statuses = _statuses(run)
+    assert statuses["checkstyle"] is GateStatus.PASS
+    assert statuses["unit tests (CPU, TRITON_INTERPRET=1)"] is GateStatus.PASS
+    assert statuses["unit tests (GPU)"] is GateStatus.SKIP  # never PASS without a GPU
+    assert not run.failed
+    assert liger_checkout.git.current_branch() == "liger-bot/kernel-relu2"
+    assert liger_checkout.git.dirty_paths() == []
+    init = liger_checkout.path("src/liger_kernel/ops/__init__.py").read_text()
+    assert init.index("ops.qwen2vl_mrope import") < init.index("ops.relu2 import") < init.index("ops.relu_squared")
+    assert "| checkstyle | PASS |" in (tmp_path / "out" / "pr_body.md").read_text()
+
+
+@pytest.mark.slow
+def test_rowwise_norm_from_a_repo_file(liger_checkout, tmp_path):
+    # the Gemma RMSNorm of the target's test_rms_norm.py (offset 1, fp32 compute), committed as a repo file:
+    # importing that test module inside this pytest run trips our --strict-markers on its flaky marks
+    liger_checkout.path("src/liger_kernel/reference_norms.py").write_text(GEMMA_RMS_NORM)
+    liger_checkout.git.commit_all("a reference norm")
+    run = pipeline.run(
+        "src/liger_kernel/reference_norms.py:GemmaRMSNorm",
+        liger_checkout.root,
+        out_dir=tmp_path,
+        progress=lambda _: None,
+    )
+    assert _statuses(run)["unit tests (CPU, TRITON_INTERPRET=1)"] is GateStatus.PASS, run.gates
+    ops = liger_checkout.path("src/liger_kernel/ops/gemma_rms_norm.py").read_text()
+    assert "dweight_acc +=" in ops and "ctx.save_for_backward(X, weight)" in ops
+
+
+def test_every_kernel_template_renders_and_parses(liger_checkout):
+    used = set()
+    op = liger_checkout.root.parent / "norm.py"
+    op.write_text(
+        "import torch\n\n\ndef norm(x, weight, eps=1e-6):\n    return x * torch.rsqrt(x.pow(2).mean(-1, keepdim=True) + eps) * weight\n"
+    )
+    for text in ("relu2", f"{op}:norm"):
+        u = understand.understand(spec.resolve(text, liger_checkout.root), liger_checkout.root)
+        for path, source in act.render_files(u).items():
+            ast.parse(source, filename=path)
+        for path, source in act.edit_existing(liger_checkout, u).items():
+            ast.parse(source, filename=path)
+        used |= {"kernel/ops_elementwise.py.j2" if u.tier == 1 else "kernel/ops_rowwise.py.j2"}
+    used |= {"kernel/module.py.j2", "kernel/unit_test.py.j2", "kernel/benchmark.py.j2", "kernel/exports.py.j2"}
+    used |= {"kernel/functional_fn.py.j2"}
+    assert {t for t in render.template_names() if t.startswith("kernel/")} == used
+
+
+@pytest.mark.parametrize(
+    ("argv", "message"),
+    [
+        (["does_not_exist"], "not a transformers activation"),
+        (["relu2", "--name", "relu_squared"], "exists already"),
+        (["relu2", "--name", "Bad-Name"], "not a valid kernel name"),
+        (["prelu"], "tier 3"),
+    ],
+)
+def test_bad_input_is_refused_and_the_target_untouched(liger_checkout, argv, message):
+    head = liger_checkout.git.head()
+    err = io.StringIO()
+    status = program(["kernel", *argv, "--repo", str(liger_checkout.root)], {}, out=io.StringIO(), err=err)
+    assert status is ExitStatus.REFUSED
+    assert message in err.getvalue()
+    assert liger_checkout.git.head() == head
+    assert liger_checkout.git.current_branch() == "main"
+    assert liger_checkout.git.dirty_paths() == []

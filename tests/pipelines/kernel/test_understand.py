@@ -1,0 +1,59 @@
+"""Understanding real ops: the tier, the lowered statements, and every bad input refused with its reason."""
+
+import pytest
+
+from pipelines.kernel import spec
+from pipelines.kernel import understand
+from pipelines.kernel.understand import Tier
+from pipelines.outcome import PipelineError
+
+
+def _understand_source(tmp_path, source: str, qual: str):
+    path = tmp_path / "op.py"
+    path.write_text("import torch\n\n\n" + source)
+    return understand.understand(spec.resolve(f"{path}:{qual}", tmp_path / "repo"), tmp_path / "repo")
+
+
+def test_relu2_is_elementwise_and_backward_recomputes_from_x(tmp_path):
+    u = understand.understand(spec.resolve("relu2", tmp_path), tmp_path)
+    assert u.tier == Tier.ELEMENTWISE
+    assert u.forward.loads == ["x"]
+    assert set(u.backward.loads) == {"x", "dy"}  # only the input is saved: relu(x) is recomputed
+    exprs = " ".join(s.expr for s in u.forward.stmts)
+    assert "tl.maximum(x, 0.0)" in exprs
+    assert "tl.log" not in exprs  # x**2 lowers to a product, not exp(2 log x)
+
+
+def test_norm_with_weight_is_rowwise_with_runtime_eps_and_a_weight_gradient(tmp_path):
+    u = _understand_source(
+        tmp_path,
+        "def my_norm(x, weight, eps=1e-5):\n    return x * torch.rsqrt((x * x).mean(-1, keepdim=True) + eps) * weight\n",
+        "my_norm",
+    )
+    assert u.tier == Tier.ROWWISE
+    assert u.runtime_floats == ["eps"]
+    assert u.weights == [("weight", "ones")]
+    assert "dweight" in u.backward.col_sums
+    assert any("n_cols" in s.expr for s in u.forward.stmts)  # the mean divides by the runtime width
+
+
+def test_cross_row_reduction_is_tier_3_with_the_reason(tmp_path):
+    u = _understand_source(tmp_path, "def f(x):\n    return x - x.mean(0, keepdim=True)\n", "f")
+    assert u.tier == Tier.COMPLEX
+    assert "only the last dimension is row-wise" in u.refusal
+    assert "tier-3 template" in u.refusal
+
+
+@pytest.mark.parametrize(
+    ("source", "message"),
+    [
+        ("def f(x):\n    if x.sum() > 0:\n        return x * 2\n    return x\n", "data-dependent Python control flow"),
+        ("def f(x):\n    return (x > 0).long()\n", "integer/boolean"),
+        ("def f(x):\n    return x.detach() * 2\n", "not differentiable"),
+        ("def f(x):\n    return torch.round(x * 3)\n", "gradient is zero everywhere"),
+        ("def f(x):\n    return x.sum(-1)\n", "tier 3"),
+    ],
+)
+def test_bad_ops_are_refused_with_a_reason(tmp_path, source, message):
+    with pytest.raises(PipelineError, match=message):
+        _understand_source(tmp_path, source, "f")

@@ -1,0 +1,85 @@
+"""`liger-bot serve | replay | scan` through the CLI's testable `program`."""
+
+from __future__ import annotations
+
+import copy
+import io
+import json
+
+import pytest
+
+from bot.cli import program
+from pipelines.outcome import ExitStatus
+from tests.bot.app_fixtures import fixture_payload
+from tests.bot.standin_fixtures import STANDIN_MAINTAINER
+from tests.bot.standin_fixtures import STANDIN_REPO
+from tests.bot.standin_fixtures import app_key_pair  # noqa: F401
+from tests.bot.standin_fixtures import git_remote  # noqa: F401
+from tests.bot.standin_fixtures import github_standin  # noqa: F401
+
+
+def run(argv: list[str], env: dict) -> tuple[ExitStatus, str, str]:
+    out, err = io.StringIO(), io.StringIO()
+    status = program(argv, env, out, err)
+    return status, out.getvalue(), err.getvalue()
+
+
+def test_serve_refuses_to_start_without_a_webhook_secret():
+    status, _, err = run(["serve", "--port", "0"], {})
+    assert status is ExitStatus.REFUSED and "WEBHOOK_SECRET is not set" in err
+
+
+def test_replay_an_event_nobody_handles(tmp_path):
+    path = tmp_path / "check_run.created.json"
+    path.write_text(json.dumps(fixture_payload("check_run.created")))
+    status, out, _ = run(["replay", str(path)], {})
+    assert status is ExitStatus.OK and "check_run.created: no handler" in out
+
+
+def test_replay_bad_file_is_refused(tmp_path):
+    path = tmp_path / "issue_comment.json"
+    path.write_text("[1, 2]")
+    status, _, err = run(["replay", str(path)], {"DATABASE_URL": f"sqlite:///{tmp_path / 'db'}"})
+    assert status is ExitStatus.REFUSED and "holds no webhook payload" in err
+
+
+def test_replay_runs_the_same_handlers_against_the_github_standin(tmp_path, github_standin, git_remote, app_key_pair):  # noqa: F811
+    repo = STANDIN_REPO.full_name
+    issue = github_standin.add_issue(repo, "Support Nemotron", "please", STANDIN_MAINTAINER)
+    comment_id = github_standin.add_comment(repo, issue, "/liger help", STANDIN_MAINTAINER)
+    payload = copy.deepcopy(fixture_payload("issue_comment.created"))
+    payload["repository"]["owner"]["login"], payload["repository"]["name"] = STANDIN_REPO.owner, STANDIN_REPO.name
+    payload["installation"]["id"] = github_standin.installation_id
+    payload["issue"]["number"], payload["comment"]["id"], payload["comment"]["body"] = issue, comment_id, "/liger help"
+    payload["sender"]["login"] = STANDIN_MAINTAINER
+    path = tmp_path / "issue_comment.created.json"
+    path.write_text(json.dumps(payload))
+    env = {
+        "APP_ID": str(github_standin.app_id),
+        "PRIVATE_KEY": app_key_pair[0],
+        "GITHUB_API_URL": github_standin.url,
+        "DATABASE_URL": f"sqlite:///{tmp_path / 'bot.db'}",
+        "QUEUE_PATH": str(tmp_path / "queue.db"),
+    }
+    status, out, err = run(["replay", str(path)], env)
+    assert status is ExitStatus.OK, err
+    assert "issue_comment.created: handled (0 job(s) started)" in out
+    replies = [
+        c["body"] for c in github_standin.comments.values() if c["issue"] == issue and "liger-bot commands" in c["body"]
+    ]
+    assert len(replies) == 1
+
+
+@pytest.mark.slow
+def test_scan_json_on_a_real_checkout(liger_checkout):
+    status, out, err = run(["scan", "--repo", str(liger_checkout.root), "--only", "llama,bert", "--json"], {})
+    assert status is ExitStatus.OK, err
+    result = json.loads(out)
+    verdicts = {row["model_type"]: row["verdict"] for row in result["models"]}
+    assert verdicts == {"llama": "supported", "bert": "not applicable"}
+    assert result["counts"]["supported"] == 1
+
+
+def test_scan_refuses_names_that_are_not_causal_lms(liger_checkout):
+    status, _, err = run(["scan", "--repo", str(liger_checkout.root), "--only", "t5-encoder"], {})
+    assert status is ExitStatus.REFUSED and "not causal LMs" in err

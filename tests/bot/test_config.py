@@ -1,0 +1,74 @@
+"""Environment configuration (probot's names) and the repo's `.github/liger-bot.yml`."""
+
+from __future__ import annotations
+
+import pytest
+
+from bot.config import DEFAULT_WEBHOOK_PATH
+from bot.config import RepoConfig
+from bot.config import load_config
+from bot.config import parse_repo_config
+from pipelines.outcome import PipelineError
+
+
+def test_refuses_to_start_without_a_webhook_secret():
+    with pytest.raises(PipelineError, match="WEBHOOK_SECRET is not set"):
+        load_config({})
+
+
+def test_probot_names_and_defaults(tmp_path):
+    key = tmp_path / "app.pem"
+    key.write_text("-----BEGIN PRIVATE KEY-----\nabc\n-----END PRIVATE KEY-----\n")
+    config = load_config(
+        {"WEBHOOK_SECRET": "s", "APP_ID": "42", "PRIVATE_KEY_PATH": str(key), "PORT": "8080", "LOG_LEVEL": "warn"}
+    )
+    assert (config.webhook_path, config.port, config.log_level, config.app_id) == (
+        DEFAULT_WEBHOOK_PATH,
+        8080,
+        "WARNING",
+        "42",
+    )
+    assert config.private_key.startswith("-----BEGIN") and config.can_authenticate
+    inline = load_config(
+        {"WEBHOOK_SECRET": "s", "PRIVATE_KEY": "line1\\nline2", "GITHUB_API_URL": "http://127.0.0.1:9/"}
+    )
+    assert inline.private_key == "line1\nline2" and inline.github_api_url == "http://127.0.0.1:9"
+
+
+@pytest.mark.parametrize(
+    ("env", "message"),
+    [
+        ({"PORT": "http"}, "PORT"),
+        ({"WEBHOOK_PATH": "hooks"}, "must start with"),
+        ({"LOG_LEVEL": "loud"}, "not a log level"),
+    ],
+)
+def test_bad_environment_is_refused(env, message):
+    with pytest.raises(PipelineError, match=message):
+        load_config({"WEBHOOK_SECRET": "s", **env})
+
+
+def test_repo_config_full():
+    config = parse_repo_config(
+        "autonomous: true\nrunner: {kind: actions, labels: [self-hosted, h100]}\nlimits: {prs_per_hour: 1, open_prs: 3}\n"
+        "approvers: ['@lead', 'Other']\n"
+    )
+    assert config == RepoConfig(True, "actions", ("self-hosted", "h100"), 1, 3, ("lead", "Other"))
+    assert config.may_approve("other") and not config.may_approve("someone")
+
+
+@pytest.mark.parametrize(
+    ("text", "problem"),
+    [
+        ("autonomous: yes please", "autonomous must be true or false"),
+        ("limits: {prs_per_hour: -1}", "limits.prs_per_hour"),
+        ("runner: {kind: k8s}", "runner.kind"),
+        ("[1, 2]", "must be a mapping"),
+        ("autonomous: [", "not valid YAML"),
+        ("colour: blue", "unknown keys ignored: colour"),
+    ],
+)
+def test_a_bad_repo_config_falls_back_to_defaults_and_says_why(text, problem):
+    config = parse_repo_config(text)
+    assert config.autonomous is False and config.prs_per_hour == 2
+    assert any(problem in p for p in config.problems)

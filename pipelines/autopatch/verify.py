@@ -1,0 +1,231 @@
+"""verify: ordered gates on a generated patch, each a GateResult. A hard failure stops the run.
+
+1. import             the new apply function imports from the package root (PYTHONPATH=src, no install)
+2. instance patching  the generated test in the target's test_monkey_patch.py, with the file's registry checks
+3. cpu numerics       a tiny HF model vs the same model with Liger's RoPE and the generated lce_forward (fused
+                      linear cross entropy), run by Triton's interpreter on the CPU; RMSNorm and SwiGLU kernels do
+                      not run under the interpreter, so they are left to the convergence tests
+4. convergence        Liger's four mini-model convergence files -k mini_<model_type>; needs a GPU runner, SKIP
+                      otherwise (never PASS)
+5. checkstyle         the target's `ruff check` + `ruff format --check` over the repo, as its `make checkstyle`
+"""
+
+from __future__ import annotations
+
+import json
+import sys
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Protocol
+
+from pipelines.autopatch import act
+from pipelines.autopatch.profile import Profile
+from pipelines.commands import CommandResult
+from pipelines.commands import run_command
+from pipelines.outcome import GateResult
+from pipelines.outcome import GateStatus
+
+
+class Runner(Protocol):
+    """Where verify's commands run: this machine by default; a GPU runner can run the convergence tests."""
+
+    has_gpu: bool
+
+    def run(
+        self, argv: list[str], cwd: Path, env: dict[str, str] | None = None, timeout: float = 900
+    ) -> CommandResult: ...
+
+
+@dataclass
+class LocalRunner:
+    has_gpu: bool = False
+
+    def run(self, argv: list[str], cwd: Path, env: dict[str, str] | None = None, timeout: float = 900) -> CommandResult:
+        return run_command(argv, cwd=cwd, env=env, timeout=timeout)
+
+    @classmethod
+    def detect(cls) -> LocalRunner:
+        import torch
+
+        return cls(has_gpu=torch.cuda.is_available())
+
+
+def target_env() -> dict[str, str]:
+    """The checkout's own sources, not an installed liger-kernel."""
+    return {"PYTHONPATH": "src", "PYTHONDONTWRITEBYTECODE": "1"}
+
+
+def _result(name: str, proc: CommandResult, passed: str, lines: int = 15) -> GateResult:
+    if proc.ok:
+        return GateResult(name, GateStatus.PASS, passed)
+    return GateResult(
+        name, GateStatus.FAIL, f"`{' '.join(proc.argv[-4:])}` exited {proc.returncode}:\n{proc.tail(lines)}"
+    )
+
+
+def gate_import(profile: Profile, root: Path, runner: Runner) -> GateResult:
+    fn = f"apply_liger_kernel_to_{profile.model_type}"
+    proc = runner.run([sys.executable, "-c", f"from liger_kernel.transformers import {fn}"], root, target_env(), 300)
+    return _result("Import", proc, f"from liger_kernel.transformers import {fn}")
+
+
+def _pytest_summary(output: str) -> str:
+    lines = [
+        line.strip("= ") for line in output.splitlines() if " in " in line and ("passed" in line or "failed" in line)
+    ]
+    return lines[-1] if lines else ""
+
+
+# Registry-wide checks of the target's own file that a new apply function must also satisfy.
+REGISTRY_TESTS = ("test_patching_apis_match_auto_mapping", "test_patching_apis_support_patching_model_instance")
+
+
+def instance_test_ids(model_type: str) -> list[str]:
+    """Exact node ids: `-k <model_type>` would also select other models' tests (qwen3 matches qwen3_vl)."""
+    names = (f"test_apply_liger_kernel_to_instance_for_{model_type}", *REGISTRY_TESTS)
+    return [f"{act.INSTANCE_TEST}::{name}" for name in names]
+
+
+def gate_instance_patching(profile: Profile, root: Path, runner: Runner) -> GateResult:
+    argv = [sys.executable, "-m", "pytest", *instance_test_ids(profile.model_type), "-q", "-p", "no:cacheprovider"]
+    proc = runner.run(argv, root, target_env(), 600)
+    summary = _pytest_summary(proc.output)
+    if proc.ok and "passed" in summary:
+        detail = f"test_apply_liger_kernel_to_instance_for_{profile.model_type} + registry checks: {summary}"
+        return GateResult("Instance patching", GateStatus.PASS, detail)
+    return _result("Instance patching", proc, summary, lines=40)
+
+
+NUMERICS_SCRIPT = r"""
+import importlib, inspect, json, sys
+import torch
+spec = json.loads(sys.argv[1])
+torch.manual_seed(0)
+config_cls = getattr(importlib.import_module(spec["config_module"]), spec["config_class"])
+config = config_cls(**spec["config"])
+modeling = importlib.import_module(spec["modeling_module"])
+model_cls = getattr(modeling, spec["causal_lm_class"])
+reference = model_cls(config).float()
+input_ids = torch.randint(0, config.vocab_size, (2, 16))
+with torch.no_grad():
+    expected = reference(input_ids=input_ids, labels=input_ids)
+from liger_kernel.transformers import monkey_patch
+apply_fn = getattr(monkey_patch, "apply_liger_kernel_to_" + spec["model_type"])
+wanted = {"rope": True, "fused_linear_cross_entropy": True, "cross_entropy": False, "rms_norm": False,
+          "layer_norm": False, "swiglu": False, "geglu": False, "relu_squared": False}
+params = inspect.signature(apply_fn).parameters
+apply_fn(**{k: v for k, v in wanted.items() if k in params})
+patched = model_cls(config).float()
+patched.load_state_dict(reference.state_dict())
+with torch.no_grad():
+    fused = patched(input_ids=input_ids, labels=input_ids, skip_logits=True)
+    unfused = patched(input_ids=input_ids, labels=input_ids, skip_logits=False)
+print(json.dumps({
+    "rope_patched": modeling.apply_rotary_pos_emb.__module__.startswith("liger_kernel")
+    if hasattr(modeling, "apply_rotary_pos_emb") else False,
+    "loss_ref": expected.loss.item(),
+    "loss_flce": fused.loss.item(),
+    "flce_logits_skipped": fused.logits is None,
+    "loss_diff": abs(expected.loss.item() - fused.loss.item()),
+    "logits_diff": (expected.logits - unfused.logits).abs().max().item(),
+}))
+"""
+NUMERICS_TOLERANCE = 1e-4  # float32, tiny model: Liger's kernels match HF to ~1e-6 here
+
+
+def gate_cpu_numerics(profile: Profile, root: Path, runner: Runner) -> GateResult:
+    the_plan = act.plan(profile)
+    config = {name: _literal(value) for name, value in act.mini_config(the_plan, act.MINI_TEST_CONFIG)}
+    spec = {
+        "model_type": profile.model_type,
+        "config_module": the_plan.config_module,
+        "config_class": profile.identity.config_class,
+        "modeling_module": profile.identity.modeling_module,
+        "causal_lm_class": profile.identity.causal_lm_class,
+        "config": config,
+    }
+    env = {**target_env(), "TRITON_INTERPRET": "1"}
+    proc = runner.run([sys.executable, "-c", NUMERICS_SCRIPT, json.dumps(spec)], root, env, 600)
+    if not proc.ok:
+        return _result("CPU numerics (RoPE, FLCE)", proc, "")
+    found = json.loads(proc.output.strip().splitlines()[-1])
+    detail = (
+        f"loss HF {found['loss_ref']:.6f} vs FLCE {found['loss_flce']:.6f} (diff {found['loss_diff']:.1e}), "
+        f"logits max diff {found['logits_diff']:.1e}, RoPE {'patched' if found['rope_patched'] else 'not patched'}"
+    )
+    ok = found["loss_diff"] < NUMERICS_TOLERANCE and found["logits_diff"] < NUMERICS_TOLERANCE
+    ok = ok and found["flce_logits_skipped"]
+    return GateResult("CPU numerics (RoPE, FLCE)", GateStatus.PASS if ok else GateStatus.FAIL, detail)
+
+
+def _literal(text: str):
+    return json.loads(text.lower()) if text in ("True", "False") else json.loads(text)
+
+
+def convergence_argv(model_type: str, path: Path) -> list[str]:
+    return [sys.executable, "-m", "pytest", str(path), "-k", f"mini_{model_type}", "-q", "-p", "no:cacheprovider"]
+
+
+def gate_convergence(profile: Profile, root: Path, runner: Runner) -> list[GateResult]:
+    gates = []
+    for path in act.CONVERGENCE_FILES:
+        name = f"Convergence {path.parts[2]} {'with_logits' if 'with_logits' in path.name else 'FLCE'}"
+        if not runner.has_gpu:
+            gates.append(GateResult(name, GateStatus.SKIP, "needs GPU runner", hard=False))
+            continue
+        proc = runner.run(convergence_argv(profile.model_type, path), root, target_env(), 1800)
+        if proc.ok and "passed" in _pytest_summary(proc.output):
+            gates.append(GateResult(name, GateStatus.PASS, _pytest_summary(proc.output)))
+        elif "assert_verbose_allclose" in proc.output or "Number of mismatched" in proc.output:
+            # the validator's rule: tolerance misses are marked for tuning, other errors are hard failures
+            gates.append(GateResult(name, GateStatus.SKIP, "tolerance tuning needed", hard=False))
+        else:
+            gates.append(_result(name, proc, ""))
+    return gates
+
+
+def gate_checkstyle(profile: Profile, root: Path, runner: Runner) -> GateResult:
+    check = runner.run(act.ruff_argv("check", "--output-format=concise", "."), root, None, 300)
+    if not check.ok:
+        return _result("Checkstyle", check, "")
+    fmt = runner.run(act.ruff_argv("format", "--check", "."), root, None, 300)
+    return _result("Checkstyle", fmt, "ruff check . && ruff format --check . (ruff 0.14.11)")
+
+
+Gate = Callable[[Profile, Path, Runner], "GateResult | list[GateResult]"]
+GATES: tuple[tuple[str, Gate], ...] = (
+    ("Import", gate_import),
+    ("Instance patching", gate_instance_patching),
+    ("CPU numerics (RoPE, FLCE)", gate_cpu_numerics),
+    ("Convergence", gate_convergence),
+    ("Checkstyle", gate_checkstyle),
+)
+
+
+def verify(
+    profile: Profile,
+    root: Path,
+    runner: Runner | None = None,
+    progress: Callable[[str], None] = lambda _: None,
+    gates: tuple[tuple[str, Gate], ...] = GATES,
+) -> list[GateResult]:
+    """Run the gates in order; after a hard failure the rest are reported as not run."""
+    runner = runner or LocalRunner.detect()
+    results: list[GateResult] = []
+    failed: str | None = None
+    for name, gate in gates:
+        if failed:
+            results.append(GateResult(name, GateStatus.SKIP, f"not run: {failed} failed", hard=False))
+            continue
+        progress(f"verify: {name}")
+        outcome = gate(profile, root, runner)
+        batch = outcome if isinstance(outcome, list) else [outcome]
+        results.extend(batch)
+        hard = [g for g in batch if g.status is GateStatus.FAIL and g.hard]
+        failed = hard[0].name if hard else None
+    return results
+
+
+def passed(results: list[GateResult]) -> bool:
+    return not any(g.status is GateStatus.FAIL and g.hard for g in results)

@@ -1,0 +1,39 @@
+"""Sample contexts for kernel_templates/autopatch/*.j2, built the way act builds them (one per plan variant)."""
+
+from __future__ import annotations
+
+from pipelines.autopatch import act
+from tests.pipelines.autopatch.hand_profiles import hand_profile
+
+# dense llama-like, MoE, Gemma-style norm partial + GeGLU, and Nemotron (ReLU^2, no RoPE, LayerNorm, **kwargs)
+VARIANTS = ("hyperclovax", "mixtral", "gemma", "nemotron")
+
+
+def _extras(plan: act.Plan) -> dict:
+    names = act.forward_param_names(plan)
+    return {
+        "params": act._forward_params(plan),
+        "model_args": [n for n in names if n not in act.NOT_FORWARDED],
+        "hidden_states": "outputs.last_hidden_state",
+        "softcapping": plan.model_type == "gemma",
+        "output_class": plan.profile.value("output_class"),
+        "cache_field": "cache",
+        "uses_cache_type": True,
+        "test_config": [("hidden_size", "32"), ("num_hidden_layers", "2")],
+        "model_checks": [{"before": "base_model.norm is not None", "after": "base_model.norm is not None"}],
+        "layer_checks": [{"before": "layer.mlp is not None", "after": "layer.mlp is not None"}],
+        "extra_imports": ["from liger_kernel.transformers import LigerReLUSquared"],
+        "mini_config": [("hidden_size", "1024"), ("vocab_size", "32000")],
+        "lr": "1e-5",
+        "dtype": "bfloat16" if plan.moe else "float32",
+        "tolerances": ["1e-2", "5e-2", "1e-1", "1e-2", "1e-2", "1e-2"],
+    }
+
+
+def samples() -> list[tuple[str, dict]]:
+    """(variant, context) pairs; every autopatch template renders with each context."""
+    out = []
+    for model_type in VARIANTS:
+        plan = act.plan(hand_profile(model_type))
+        out.append((model_type, {**plan.context(), **_extras(plan)}))
+    return out

@@ -1,0 +1,171 @@
+"""act: generated code parses, names follow Liger's formats, entries land in alphabetical order, ruff-clean."""
+
+from __future__ import annotations
+
+import ast
+import subprocess
+import sys
+
+import pytest
+
+from pipelines.autopatch import act
+from pipelines.autopatch import edits
+from pipelines.outcome import PipelineError
+from tests.pipelines.autopatch.hand_profiles import hand_profile
+
+
+@pytest.fixture(scope="module")
+def helium(tmp_path_factory, liger_template):
+    """One act run on a fresh checkout, shared by the read-only assertions below."""
+    from pipelines import target
+
+    checkout = target.fetch(tmp_path_factory.mktemp("act") / "liger-kernel")
+    changeset = act.act(checkout, hand_profile("helium"))
+    return checkout, changeset
+
+
+def _text(checkout, path):
+    return checkout.path(path).read_text()
+
+
+def test_changeset_lists_the_skill_files(helium):
+    _, changeset = helium
+    expected = {
+        str(act.model_file("helium")),
+        str(act.MONKEY_PATCH),
+        str(act.ROOT_EXPORTS),
+        str(act.INSTANCE_TEST),
+        str(act.TEST_UTILS),
+        str(act.README),
+        *map(str, act.CONVERGENCE_FILES),
+    }
+    assert set(changeset.paths) == expected
+    assert [c.path for c in changeset.changes if c.created] == [str(act.model_file("helium"))]
+
+
+def test_every_python_file_parses_and_names_are_derived(helium):
+    checkout, changeset = helium
+    for path in changeset.paths:
+        if path.endswith(".py"):
+            ast.parse(_text(checkout, path))
+    forward = ast.parse(_text(checkout, act.model_file("helium")))
+    assert [n.name for n in forward.body if isinstance(n, ast.FunctionDef)] == ["lce_forward"]
+    monkey = _text(checkout, act.MONKEY_PATCH)
+    assert "def apply_liger_kernel_to_helium(" in monkey
+    assert "from liger_kernel.transformers.model.helium import lce_forward as helium_lce_forward" in monkey
+    assert "modeling_helium.HeliumRMSNorm = LigerRMSNorm" in monkey
+    assert "modeling_helium.HeliumForCausalLM.forward = helium_lce_forward" in monkey
+    assert "def revert_liger_kernel_to_helium(" in _text(checkout, act.TEST_UTILS)
+    assert "def test_apply_liger_kernel_to_instance_for_helium(" in _text(checkout, act.INSTANCE_TEST)
+
+
+def test_interleaved_rope_is_not_patched_and_said_so(helium):
+    checkout, changeset = helium
+    assert (
+        "apply_rotary_pos_emb = liger_rotary_pos_emb"
+        not in _text(checkout, act.MONKEY_PATCH).split("def apply_liger_kernel_to_helium(")[1].split("\ndef ")[0]
+    )
+    assert any("RoPE is not patched" in note for note in changeset.notes)
+
+
+def _neighbours(keys, key):
+    i = keys.index(key)
+    return keys[i - 1], keys[i + 1]
+
+
+def test_entries_are_inserted_alphabetically(helium):
+    checkout, _ = helium
+    tree = ast.parse(_text(checkout, act.MONKEY_PATCH))
+    registry = [edits.string_value(k) for k in edits.find_assignment(tree, "MODEL_TYPE_TO_APPLY_LIGER_FN").value.keys]
+    before, after = _neighbours(registry, "helium")
+    assert before < "helium" < after
+    exports = ast.parse(_text(checkout, act.ROOT_EXPORTS))
+    block = edits.find_if_type_checking(exports)
+    names = [n.names[0].name for n in block.body if isinstance(n, ast.ImportFrom)]
+    assert names == sorted(names) and "apply_liger_kernel_to_helium" in names
+    convergence = _text(checkout, act.CONVERGENCE_FILES[0])
+    imports = [line for line in convergence.splitlines() if line.startswith("from liger_kernel.transformers import")]
+    assert (
+        imports == sorted(imports) and "from liger_kernel.transformers import apply_liger_kernel_to_helium" in imports
+    )
+    assert 'MINI_MODEL_SETUPS["mini_helium"]' in convergence and "vocab_size=32000" in convergence
+
+
+def test_readme_keeps_crlf_and_gains_one_row(helium):
+    checkout, _ = helium
+    raw = checkout.path(act.README).read_bytes()
+    assert raw.count(b"apply_liger_kernel_to_helium") == 1
+    assert b"\n" not in raw.replace(b"\r\n", b"")
+
+
+def test_touched_files_are_ruff_clean(helium):
+    checkout, changeset = helium
+    python = [p for p in changeset.paths if p.endswith(".py")]
+    for args in (["check", *python], ["format", "--check", *python]):
+        proc = subprocess.run([sys.executable, "-m", "ruff", *args], cwd=checkout.root, capture_output=True, text=True)
+        assert proc.returncode == 0, proc.stdout + proc.stderr
+
+
+def test_gemma_style_norm_uses_a_partial():
+    plan = act.plan(hand_profile("gemma"))
+    function = act.render.render("autopatch/monkey_patch_fn.py.j2", **plan.context())
+    assert (
+        '_patch_rms_norm_module_for_model = partial(_patch_rms_norm_module, offset=1.0, casting_mode="gemma"'
+        in function
+    )
+    assert "_patch_rms_norm_module_for_model(decoder_layer.input_layernorm)" in function
+    assert "_patch_geglu_module(decoder_layer.mlp)" in function and "geglu: bool = True" in function
+    ast.parse(function)
+
+
+def test_moe_patches_experts_and_uses_moe_output():
+    plan = act.plan(hand_profile("mixtral"))
+    function = act.render.render("autopatch/monkey_patch_fn.py.j2", **plan.context())
+    assert "modeling_mixtral.MixtralExperts = LigerExperts" in function
+    assert "_patch_swiglu_module(decoder_layer.mlp.experts, LigerExperts)" in function
+    forward = act.render_lce_forward(plan)
+    assert "LigerMoeCausalLMOutputWithPast" in forward and "load_balancing_loss_func" in forward
+
+
+def test_layer_norm_with_offset_is_not_patched_and_kwargs_are_absorbed():
+    profile = hand_profile("nemotron")
+    profile = profile.with_overrides({"rms_offset": 1.0})
+    plan = act.plan(profile)
+    assert plan.norm is None and not plan.rope and plan.mlp.param == "relu_squared"
+    assert plan.context()["absorbs_kwargs"]
+
+
+def test_rope_needing_review_is_not_patched():
+    plan = act.plan(hand_profile("hyperclovax", needs_review=("rope",)))
+    assert not plan.rope
+    assert any("--set rope=standard" in note for note in plan.notes)
+
+
+@pytest.mark.parametrize("key", ["structure", "hidden_state_access", "logit_softcapping"])
+def test_forward_decision_needing_review_is_refused(key):
+    with pytest.raises(PipelineError) as caught:
+        act.plan(hand_profile("hyperclovax", needs_review=(key,)))
+    assert f"--set {key}=" in caught.value.hint
+
+
+@pytest.mark.parametrize("bad", ["../etc", "Llama", "a/b", "x y", ""])
+def test_model_type_is_validated_before_paths(bad):
+    with pytest.raises(PipelineError):
+        act.model_file(bad)
+
+
+def test_placement_rule():
+    entries = [edits.Entry(k, i, i) for i, k in enumerate(["b", "d", "a"])]
+    assert edits.placement(entries, "c") == (entries[1], True)
+    assert edits.placement(entries, "e") == (entries[2], False)
+    with pytest.raises(edits.EditError):
+        edits.placement(entries, "d")
+
+
+def test_insert_element_adds_a_trailing_comma():
+    source = 'X = {\n    "a": 1,\n    "c": 3\n}\n'
+    keys = edits.find_assignment(ast.parse(source), "X").value.keys
+    out = edits.insert_element(source, keys, edits.string_value, "d", '"d": 4')
+    assert ast.literal_eval(out.split("=", 1)[1]) == {"a": 1, "c": 3, "d": 4}
+    out = edits.insert_element(source, keys, edits.string_value, "b", '"b": 2')
+    assert list(ast.literal_eval(out.split("=", 1)[1])) == ["a", "b", "c"]

@@ -14,7 +14,6 @@ from __future__ import annotations
 import ast
 import importlib.util
 import re
-import sys
 from dataclasses import dataclass
 from dataclasses import field
 from pathlib import Path
@@ -23,7 +22,10 @@ from pipelines import render
 from pipelines.autopatch import edits
 from pipelines.autopatch.profile import Profile
 from pipelines.autopatch.profile import Status
-from pipelines.commands import run_command
+from pipelines.changeset import Changeset
+from pipelines.changeset import FileChange
+from pipelines.changeset import edit_file
+from pipelines.changeset import format_with_target_style
 from pipelines.outcome import PipelineError
 from pipelines.target import Checkout
 
@@ -70,39 +72,6 @@ PARAM_ANNOTATIONS = {
 }
 NOT_FORWARDED = ("labels", "logits_to_keep")  # consumed by the forward itself, not passed to the base model
 OWN_PARAMS = ("return_dict", "skip_logits")  # the generated forward declares these itself
-
-
-@dataclass(frozen=True)
-class FileChange:
-    path: str  # relative to the checkout root
-    text: str
-    created: bool = False
-
-
-@dataclass(frozen=True)
-class Changeset:
-    changes: tuple[FileChange, ...]
-    notes: tuple[str, ...] = ()  # conservative choices made for decisions that need review
-
-    @property
-    def paths(self) -> list[str]:
-        return [c.path for c in self.changes]
-
-    def write(self, root: Path) -> None:
-        for change in self.changes:
-            path = root / change.path
-            path.parent.mkdir(parents=True, exist_ok=True)
-            with open(path, "w", newline="") as handle:  # the text carries the file's own line endings
-                handle.write(change.text)
-
-
-def edit_file(root: Path, relative: Path, edit) -> FileChange:
-    """Apply `edit(text) -> text` to a file, keeping its line endings (the target's README.md is CRLF)."""
-    with open(root / relative, newline="") as handle:
-        original = handle.read()
-    crlf = "\r\n" in original
-    edited = edit(original.replace("\r\n", "\n"))
-    return FileChange(str(relative), edited.replace("\n", "\r\n") if crlf else edited)
 
 
 @dataclass(frozen=True)
@@ -668,20 +637,6 @@ def _must_parse(change: FileChange) -> None:
         ast.parse(change.text)
     except SyntaxError as exc:
         raise RuntimeError(f"generated {change.path} does not parse: {exc}") from exc
-
-
-def ruff_argv(*args: str) -> list[str]:
-    return [sys.executable, "-m", "ruff", *args]
-
-
-def format_with_target_style(checkout: Checkout, paths: list[str]) -> None:
-    """The target's own ruff configuration (its pyproject.toml) on the touched files: isort order, then format."""
-    paths = [p for p in paths if p.endswith(".py")]
-    # lint findings that --fix cannot repair are the checkstyle gate's to report, not an error here
-    run_command(ruff_argv("check", "--fix", "--quiet", *paths), cwd=checkout.root, timeout=120)
-    fmt = run_command(ruff_argv("format", "--quiet", *paths), cwd=checkout.root, timeout=120)
-    if not fmt.ok:
-        raise PipelineError(f"ruff format failed on the generated files:\n{fmt.tail()}")
 
 
 def act(checkout: Checkout, profile: Profile) -> Changeset:

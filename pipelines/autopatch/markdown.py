@@ -49,6 +49,14 @@ def _residuals(probe: dict) -> str:
     return "; ".join(parts)
 
 
+def _gradients(probe: dict) -> str:
+    runs = [
+        f"{run}: {g['differing']} of {g['of']} gradients moved (max relative {g['max_relative']:.2g})"
+        for run, g in probe["gradients"].items()
+    ]
+    return "; ".join(runs)
+
+
 def decision_lines(key: str, decision: Decision) -> list[str]:
     lines = [f"- {key}: **{_value(decision.value)}** ({decision.method.value}, {decision.status.value})"]
     if decision.reason:
@@ -57,7 +65,9 @@ def decision_lines(key: str, decision: Decision) -> list[str]:
         first, last = evidence.lines
         where = f"{evidence.file}:{first}" + (f"-{last}" if last != first else "")
         lines.append(f"  - evidence: `{where}`")
-        if evidence.probe and "candidates" not in evidence.probe:
+        if evidence.probe and "gradients" in evidence.probe:
+            lines.append(f"  - probe (in-place backward) {_gradients(evidence.probe)}")
+        elif evidence.probe and "candidates" not in evidence.probe:
             lines.append(f"  - probe: {_value(evidence.probe)}")
         elif evidence.probe:
             module = f"{evidence.probe['module']}: " if "module" in evidence.probe else ""

@@ -19,6 +19,7 @@ from pipelines.autopatch import act
 from pipelines.autopatch import verify
 from pipelines.autopatch.profile import DECISION_KEYS
 from pipelines.autopatch.profile import Profile
+from pipelines.changeset import format_with_target_style
 from pipelines.outcome import GateResult
 from pipelines.outcome import GateStatus
 from pipelines.outcome import PipelineError
@@ -177,7 +178,7 @@ def run_pipeline(
     git.checkout(branch, create_from=base)
     try:
         changeset.write(checkout.root)
-        act.format_with_target_style(checkout, changeset.paths)
+        format_with_target_style(checkout, changeset.paths)
         results = verify.verify(profile, checkout.root, runner, progress, gates)
         files = sorted(git.dirty_paths())
         ok = verify.passed(results)

@@ -25,6 +25,9 @@ SEED = 0
 FP32_TOLERANCE = 1e-5
 BF16_ULP = 2.0**-7  # relative spacing of bf16 numbers: "close" allows one rounding step
 DTYPES = (torch.float32, torch.bfloat16)
+# A corrupted gradient is off by O(1) or more; the in-place emulation's own reordering of fp32 sums by ~1e-5.
+IN_PLACE_TOLERANCE = 1e-3
+NO_MATCH = "no candidate reproduces the HF module (residuals in the evidence)"
 
 
 class NotApplicable(Exception):
@@ -117,7 +120,7 @@ def compare(
     result.matched = [c.name for c in chosen]
     values = {repr(c.value): c.value for c in chosen}
     if not chosen:
-        result.reason = "no candidate reproduces the HF module (residuals in the evidence)"
+        result.reason = NO_MATCH
     elif len(values) > 1:
         result.reason = f"candidates {', '.join(result.matched)} all match: these inputs cannot tell them apart"
     else:
@@ -215,6 +218,117 @@ def probe_norm(module: torch.nn.Module, hidden_size: int) -> ProbeResult:
         return ((torch.randn(2, 5, hidden_size) * 2 + 0.3).to(dtype),)
 
     return compare(lambda dtype, x: modules[dtype](x), norm_candidates(modules), inputs)
+
+
+# -- in-place RMSNorm backward ------------------------------------------------------------------------------
+
+
+class _InPlaceBackward(torch.autograd.Function):
+    """A norm whose backward writes dX into dY's storage, as Liger's `rms_norm_backward(in_place=True)` does.
+
+    Forward and the gradient math are the HF module's own (so only the aliasing differs from a plain run);
+    like Liger's `@ensure_contiguous`, a non-contiguous dY is copied first, which makes the write harmless.
+    """
+
+    @staticmethod
+    def forward(ctx, run, x, *params):
+        with torch.enable_grad():
+            inner_x = x.detach().requires_grad_(x.requires_grad)
+            inner_y = run(inner_x)
+        ctx.inner = (inner_x, inner_y, params)
+        return inner_y.detach()
+
+    @staticmethod
+    def backward(ctx, dy):
+        inner_x, inner_y, params = ctx.inner
+        wanted = [t for t in (inner_x, *params) if t.requires_grad]
+        grads = iter(torch.autograd.grad(inner_y, wanted, dy, allow_unused=True))
+        dx, *dparams = [next(grads) if t.requires_grad else None for t in (inner_x, *params)]
+        if dx is not None and dy.is_contiguous() and dy.dtype == dx.dtype:
+            dx = dy.copy_(dx)  # the aliasing under test: dY's storage now holds dX
+        return (None, dx, *dparams)
+
+
+def _emulate_in_place(module: torch.nn.Module) -> Callable[[], None]:
+    """Make `module` backprop like Liger's in-place RMSNorm; returns the undo."""
+    original = module.forward
+    params = tuple(p for p in module.parameters(recurse=False))
+
+    def forward(hidden_states, *args, **kwargs):
+        return _InPlaceBackward.apply(lambda x: original(x, *args, **kwargs), hidden_states, *params)
+
+    module.forward = forward
+    return lambda: module.__dict__.pop("forward", None)
+
+
+def gradients(model: torch.nn.Module, run: Callable[[], torch.Tensor]) -> dict[str, torch.Tensor]:
+    """Every parameter's gradient after one backward of `run()` against fixed random output weights."""
+    model.zero_grad(set_to_none=True)
+    torch.manual_seed(SEED)
+    out = run()
+    weights = torch.randn(out.shape, generator=torch.Generator().manual_seed(SEED + 1))
+    (out.float() * weights).sum().backward()
+    return {n: p.grad.detach().clone() for n, p in model.named_parameters() if p.grad is not None}
+
+
+def gradient_difference(reference: dict[str, torch.Tensor], other: dict[str, torch.Tensor]) -> dict:
+    """Largest relative gradient difference, and the parameters that differ beyond IN_PLACE_TOLERANCE."""
+    worst, differing = 0.0, []
+    for name, want in reference.items():
+        have = other.get(name)
+        if have is None:
+            differing.append(name)
+            worst = max(worst, 1.0)
+            continue
+        rel = float((want - have).abs().max()) / (float(want.abs().max()) + 1e-12)
+        worst = max(worst, rel)
+        if rel > IN_PLACE_TOLERANCE:
+            differing.append(name)
+    return {"max_relative": worst, "differing": len(differing), "of": len(reference), "first": differing[:3]}
+
+
+def probe_in_place(
+    model: torch.nn.Module,
+    run: Callable[[], torch.Tensor],
+    groups: dict[str, list[torch.nn.Module]],
+    suspects: Sequence[str] = (),
+) -> ProbeResult:
+    """Value True when every norm in `groups` may backprop in place (all gradients unchanged), else False.
+
+    fp32 forward/backward passes: one as is, one with every norm emulating Liger's in-place backward and, when
+    that changes the gradients, one with only the norms not in `suspects` (the source's explanation, confirmed
+    when those stay exact) or else one per group, to name the norms that cannot.
+    """
+    reference = gradients(model, run)
+
+    def with_in_place(names) -> dict:
+        undo = [_emulate_in_place(m) for name in names for m in groups[name]]
+        try:
+            return gradient_difference(reference, gradients(model, run))
+        finally:
+            for step in undo:
+                step()
+
+    result = ProbeResult()
+    every = with_in_place(list(groups))
+    result.residuals = {"all norms in place": every}
+    if not every["differing"]:
+        result.value, result.matched = True, list(groups)
+        return result
+    result.value = False
+    others = [name for name in groups if name not in suspects]
+    if suspects and others:
+        rest = with_in_place(others)
+        result.residuals[f"all but {', '.join(suspects)} in place"] = rest
+        if not rest["differing"]:
+            result.matched = [name for name in groups if name in suspects]
+            return result
+    for name in groups:
+        alone = with_in_place([name])
+        result.residuals[name] = alone
+        if alone["differing"]:
+            result.matched.append(name)
+    return result
 
 
 # -- MLP -----------------------------------------------------------------------------------------------------
@@ -333,7 +447,9 @@ def standard_rope(q, k, cos, sin, unsqueeze_dim=1):
 
 
 def partial_rope(q, k, cos, sin, unsqueeze_dim=1):
-    """Not a Liger kernel: rotate_half over the first cos.shape[-1] dims, pass the rest through."""
+    """Liger's `liger_rotary_pos_emb` when cos is narrower than the head: rotate_half over the first
+    cos.shape[-1] dims, the rest passed through (ops/rope.py `_resolve_rotary_dim`: rotary_dim defaults to
+    min(cos.shape[-1], head_dim), and the kernel leaves [rotary_dim:head_dim] untouched)."""
     rot = cos.shape[-1]
     if rot >= q.shape[-1]:
         raise NotApplicable("cos covers the whole head_dim")
@@ -360,7 +476,7 @@ def half_width_rope(q, k, cos, sin, unsqueeze_dim=1):
 
 
 def interleaved_rope(q, k, cos, sin, unsqueeze_dim=1):
-    """Not a Liger kernel: GPT-J style pairs (x0, x1) rotated, over the first cos.shape[-1] dims."""
+    """Not a Liger kernel (Liger's pairs are (i, i + rotary_dim/2)): GPT-J style pairs (x0, x1) rotated, over the first cos.shape[-1] dims."""
     rot = cos.shape[-1]
     if rot > q.shape[-1]:
         raise NotApplicable("cos is wider than the head")
@@ -414,7 +530,10 @@ ROPE_CANDIDATES: dict[str, tuple[str, Callable[[dict], Any]]] = {
         "mrope",
         lambda c: mrope(*_args(c, "q", "k", "cos", "sin", "mrope_section"), c.get("unsqueeze_dim", 1)),
     ),
-    "partial_rotary": ("none", lambda c: partial_rope(*_args(c, "q", "k", "cos", "sin"), c.get("unsqueeze_dim", 1))),
+    "partial_rotary": (
+        "standard",
+        lambda c: partial_rope(*_args(c, "q", "k", "cos", "sin"), c.get("unsqueeze_dim", 1)),
+    ),
     "interleaved": ("none", lambda c: interleaved_rope(*_args(c, "q", "k", "cos", "sin"), c.get("unsqueeze_dim", 1))),
 }
 _CANONICAL = {"cos": "cos", "sin": "sin", "freqs_cis": "freqs_cis", "freqs_ci": "freqs_cis"}
@@ -481,6 +600,19 @@ TINY_CONFIG = {
     "v_head_dim": 16,
     "sliding_window": 64,
     "pad_token_id": 0,
+    # the rest keep a tiny model tiny where a family adds its own wide parts
+    "vocab_size_per_layer_input": 128,  # Gemma 3n/4 per-layer embeddings
+    "hidden_size_per_layer_input": 16,
+    "mamba_d_ssm": 64,  # Falcon-H1 Mamba mixers
+    "mamba_n_heads": 8,
+    "mamba_d_state": 16,
+    "mamba_chunk_size": 16,
+    "linear_key_head_dim": 16,  # Gated DeltaNet (Qwen3-Next, Qwen3.5)
+    "linear_value_head_dim": 16,
+    "linear_num_key_heads": 2,
+    "linear_num_value_heads": 4,
+    "o_lora_rank": 32,  # DeepSeek-V4
+    "index_head_dim": 16,
 }
 # Fields that choose which layers are MoE: the structure probe keeps their defaults.
 STRUCTURE_FIELDS = ("num_hidden_layers", "first_k_dense_replace")
@@ -565,6 +697,25 @@ class TinyModel:
             return int(weight.shape[-1])
         shape = getattr(module, "normalized_shape", None)
         return int(shape[-1]) if shape else 64
+
+    def norm_groups(self, facts) -> dict[str, list[torch.nn.Module]]:
+        """Norm instances by attribute over all layers: `input_layernorm`, `final.norm`, `self_attn.q_norm`."""
+        layers = self.layers(facts)
+        attns = [getattr(layer, facts.attn_attr, None) for layer in layers] if facts.attn_attr else []
+        owners = [("", layers, facts.decoder_norms), ("final.", [self.model], facts.final_norms)]
+        owners.append((f"{facts.attn_attr}.", [a for a in attns if a is not None], facts.attn_norms))
+        groups: dict[str, list[torch.nn.Module]] = {}
+        for prefix, modules, attrs in owners:
+            for attr in attrs:
+                found = [getattr(m, attr) for m in modules if isinstance(getattr(m, attr, None), torch.nn.Module)]
+                if found:
+                    groups[prefix + attr] = found
+        return groups
+
+    def run_forward(self) -> torch.Tensor:
+        """The base model's last hidden state for a fixed batch of random token ids (with autograd on)."""
+        input_ids = torch.randint(0, int(self.config.vocab_size), (2, 8), generator=torch.Generator().manual_seed(SEED))
+        return self.model(input_ids=input_ids, use_cache=False)[0]
 
     def dense_mlp(self, facts) -> torch.nn.Module | None:
         return self._first(set(facts.mlp_classes)) if facts.mlp_classes else None

@@ -14,6 +14,7 @@ import re
 from dataclasses import dataclass
 from pathlib import Path
 
+from pipelines import changeset
 from pipelines.autopatch import act
 from pipelines.autopatch import edits
 from pipelines.commands import run_command
@@ -139,14 +140,14 @@ def remove_support(checkout: Checkout, model_type: str) -> Removal:
     act.validate_model_type(model_type)
     original = original_instance_test(checkout.path(act.INSTANCE_TEST).read_text(), model_type)
     changes = [
-        act.edit_file(checkout.root, path, lambda text, strip=strip: strip(text, model_type))
+        changeset.edit_file(checkout.root, path, lambda text, strip=strip: strip(text, model_type))
         for path, strip in STRIPPERS
     ]
-    act.Changeset(tuple(changes)).write(checkout.root)
+    changeset.Changeset(tuple(changes)).write(checkout.root)
     checkout.path(act.model_file(model_type)).unlink()
     python = [c.path for c in changes if c.path.endswith(".py")]
-    run_command(act.ruff_argv("check", "--fix", "--quiet", *python), cwd=checkout.root, timeout=120)
-    run_command(act.ruff_argv("format", "--quiet", *python), cwd=checkout.root, timeout=120)
+    run_command(changeset.ruff_argv("check", "--fix", "--quiet", *python), cwd=checkout.root, timeout=120)
+    run_command(changeset.ruff_argv("format", "--quiet", *python), cwd=checkout.root, timeout=120)
     return Removal(model_type, checkout.git.dirty_paths(), original)
 
 

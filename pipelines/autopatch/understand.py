@@ -2,9 +2,10 @@
 
 Two kinds of proof. The **ast** decisions read the generated `modeling_*.py` (transformers 5 ships modular
 models as generated files, so those are what runs): class names, norm attribute names, the output class,
-hidden-state access, softcapping, the rule for in-place RMSNorm. The **probe** decisions instantiate the
-model tiny on the CPU and run its own norm / MLP / experts / rotary function beside candidate Liger semantics
-(`probes.py`). A decision no probe or rule can settle is marked `needs review` with the reason, never guessed.
+hidden-state access, softcapping, which norm outputs meet a residual add. The **probe** decisions instantiate the
+model tiny on the CPU and run its own norm / MLP / experts / rotary function beside candidate Liger semantics, and
+its backward with Liger's in-place RMSNorm write emulated (`probes.py`). A module no Liger kernel reproduces is a
+proven "none" (the residuals are the evidence). A decision no probe or rule can settle is marked `needs review` with the reason, never guessed.
 """
 
 from __future__ import annotations
@@ -28,6 +29,7 @@ from pipelines.autopatch.resolve import resolve
 from pipelines.autopatch.source import SourceFile
 from pipelines.autopatch.source import called_names
 from pipelines.autopatch.source import configuration_path
+from pipelines.autopatch.source import dotted_name
 from pipelines.autopatch.source import load
 from pipelines.autopatch.source import modeling_path
 from pipelines.autopatch.source import parameters
@@ -42,6 +44,7 @@ _NORM_EXTERNAL = {
     "torch.nn.RMSNorm": "rms",
 }
 MOE_OUTPUT_FIELDS = {"aux_loss", "router_logits"}
+MOE_LOSS_FIELD = "aux_loss"
 
 
 @dataclass
@@ -95,11 +98,19 @@ def _local(src: SourceFile, names) -> list[str]:
     return [n for n in names if n in src.classes]
 
 
+def has_weight(src: SourceFile, class_name: str) -> bool:
+    """Whether a norm class can carry a weight: Liger's instance patch binds a forward that reads `self.weight`,
+    so a norm class that never creates one (DeepSeek-V4's `UnweightedRMSNorm`) is not a patch target."""
+    if class_name not in src.classes or any(b in _NORM_EXTERNAL for b in src.external_bases(class_name)):
+        return True  # nn.LayerNorm / nn.RMSNorm (or a subclass): affine by default
+    return any(a.attr == "weight" for name in src.lineage(class_name) for a in src.self_assignments(name))
+
+
 def _norm_assignments(src: SourceFile, class_name: str | None) -> dict[str, tuple[str, ast.stmt]]:
     found: dict[str, tuple[str, ast.stmt]] = {}
     for assign in src.self_assignments(class_name) if class_name else []:
         for cls in assign.classes:
-            if norm_family(src, cls) and assign.attr not in found:
+            if norm_family(src, cls) and has_weight(src, cls) and assign.attr not in found:
                 found[assign.attr] = (cls, assign.node)
     return found
 
@@ -220,39 +231,141 @@ def decide_norm_attrs(facts: Facts) -> Decision:
     return Decision(value, Method.AST, tuple(facts.evidence.get("norm_attrs", ())))
 
 
-def decide_in_place(facts: Facts) -> Decision:
-    """decision-matrix rule 4: two norms in sequence with only a residual add between them -> in_place=False."""
-    forward = facts.src.method(facts.decoder_class, "forward")
-    events: list[tuple[str, ast.stmt]] = []
-    for stmt in statements(forward.body) if forward else []:
-        kind = _event(stmt, facts)
-        if kind:
-            events.append((kind, stmt))
-    for i in range(len(events) - 2):
-        (a, first), (b, _), (c, last) = events[i : i + 3]
-        if a.startswith("norm") and b == "add" and c.startswith("norm"):
-            evidence = facts.src.span(first.lineno, last.end_lineno or last.lineno)
-            reason = f"{a[5:]} and {c[5:]} run in sequence with a residual add between them"
-            return Decision(False, Method.AST, (evidence,), Status.SETTLED, reason)
-    evidence = (facts.src.evidence(forward, max_lines=40),) if forward else ()
-    return Decision(True, Method.AST, evidence, Status.SETTLED, "no two norms in sequence around a residual add")
+# Methods whose backward hands the incoming gradient on as is (or as a view of it): a norm output passed
+# through them still shares its gradient's storage with whatever the result is added to.
+_ALIASING_METHODS = frozenset(
+    "view reshape view_as reshape_as to type_as contiguous transpose permute clone squeeze unsqueeze flatten".split()
+)
+_COMPOUND = (ast.If, ast.For, ast.While, ast.With, ast.Try, ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)
 
 
-def _event(stmt: ast.stmt, facts: Facts) -> str | None:
-    value = getattr(stmt, "value", None)
-    if isinstance(value, ast.Tuple) and value.elts:
-        value = value.elts[0]
-    if isinstance(value, ast.Call) and isinstance(value.func, ast.Attribute):
-        owner = getattr(value.func.value, "id", None)
-        if owner == "self":
-            return f"norm:{value.func.attr}" if value.func.attr in facts.decoder_norms else "module"
-    if isinstance(value, ast.BinOp) and isinstance(value.op, ast.Add):
-        return "add"
-    if isinstance(stmt, ast.AugAssign) and isinstance(stmt.op, ast.Add):
-        return "add"
-    if value is not None and any(isinstance(n, ast.Call) for n in ast.walk(value)):
-        return "module"
+@dataclass(frozen=True)
+class AddedNorm:
+    """A norm whose output (`bound`: where it was produced) is an operand of an add (`add`)."""
+
+    attr: str
+    bound: ast.stmt
+    add: ast.stmt
+
+
+def _norm_output(expr: ast.AST, norms, held: dict[str, tuple[str, ast.stmt]], stmt: ast.stmt):
+    """(attr, statement that produced it) when `expr` is a norm's output or an alias of one, else None."""
+    if isinstance(expr, ast.Name):
+        return held.get(expr.id)
+    if not isinstance(expr, ast.Call) or not isinstance(expr.func, ast.Attribute):
+        return None
+    func = expr.func
+    if getattr(func.value, "id", None) == "self" and func.attr in norms:
+        return func.attr, stmt
+    if func.attr in _ALIASING_METHODS:
+        return _norm_output(func.value, norms, held, stmt)
     return None
+
+
+def _add_operands(stmt: ast.stmt) -> list[ast.AST]:
+    operands: list[ast.AST] = []
+    if isinstance(stmt, ast.AugAssign) and isinstance(stmt.op, ast.Add):
+        operands += [stmt.target, stmt.value]
+    for node in ast.walk(stmt):
+        if isinstance(node, ast.BinOp) and isinstance(node.op, ast.Add):
+            operands += [node.left, node.right]
+        elif isinstance(node, ast.Call) and dotted_name(node.func) in ("torch.add", "add"):
+            operands += node.args[:2]
+    return operands
+
+
+def norm_outputs_added(method: ast.FunctionDef, norms) -> list[AddedNorm]:
+    """Norms in `norms` whose output reaches a `+` / `torch.add` before its variable is rebound.
+
+    Autograd hands an add's incoming gradient to both operands as the same tensor, so such a norm's dY is
+    also the other operand's gradient: Liger's in-place backward (dX written into dY) would corrupt it.
+    """
+    held: dict[str, tuple[str, ast.stmt]] = {}
+    found: dict[str, AddedNorm] = {}
+    for stmt in statements(method.body):
+        if isinstance(stmt, _COMPOUND):
+            continue
+        for operand in _add_operands(stmt):
+            hit = _norm_output(operand, norms, held, stmt)
+            if hit and hit[0] not in found:
+                found[hit[0]] = AddedNorm(hit[0], hit[1], stmt)
+        targets = stmt.targets if isinstance(stmt, ast.Assign) else [getattr(stmt, "target", None)]
+        value = getattr(stmt, "value", None)
+        for target in filter(None, targets):
+            names = (
+                [target] if isinstance(target, ast.Name) else [n for n in ast.walk(target) if isinstance(n, ast.Name)]
+            )
+            for name in names:
+                held.pop(name.id, None)
+            if isinstance(target, ast.Name) and value is not None and not isinstance(stmt, ast.AugAssign):
+                hit = _norm_output(value, norms, held, stmt)
+                if hit:
+                    held[target.id] = hit
+    return list(found.values())
+
+
+def _scopes(facts: Facts) -> list[tuple[str | None, dict[str, str], str]]:
+    """(class, its norms, the label prefix the probe uses) for the decoder layer, the base model, the attention."""
+    return [
+        (facts.decoder_class, facts.decoder_norms, ""),
+        (facts.base_class, facts.final_norms, "final."),
+        (facts.attn_class, facts.attn_norms, f"{facts.attn_attr}."),
+    ]
+
+
+def added_norms(facts: Facts) -> dict[str, AddedNorm]:
+    """Every norm (probe label -> where) whose output some method of its owner adds to another tensor."""
+    found: dict[str, AddedNorm] = {}
+    for owner, norms, prefix in _scopes(facts):
+        if not owner or not norms or owner not in facts.src.classes:
+            continue
+        for method in facts.src.classes[owner].body:
+            if isinstance(method, ast.FunctionDef):
+                for added in norm_outputs_added(method, norms):
+                    found.setdefault(prefix + added.attr, added)
+    return found
+
+
+def _added_evidence(facts: Facts, added: AddedNorm) -> Evidence:
+    first, last = added.bound.lineno, added.add.end_lineno or added.add.lineno
+    if first > last or last - first > 12:
+        return facts.src.evidence(added.add)
+    return facts.src.span(first, last)
+
+
+def decide_in_place(facts: Facts, built: probes.TinyModel) -> Decision:
+    """May Liger's RMSNorm backward write dX into dY's storage? Only if no norm output is added to another tensor.
+
+    The source read (`norm_outputs_added`) says which norms' outputs meet an add; the probe runs the tiny model's
+    backward with every norm emulating that in-place write and compares all gradients with a plain backward.
+    """
+    suspects = added_norms(facts)
+    evidence = [_added_evidence(facts, a) for a in suspects.values()]
+    forward = facts.src.method(facts.decoder_class, "forward")
+    if not evidence and forward is not None:
+        evidence = [facts.src.evidence(forward, max_lines=40)]
+    ast_value = not suspects
+    said = ", ".join(f"{k} (line {a.add.lineno})" for k, a in suspects.items())
+    ast_reason = f"outputs added to another tensor: {said}" if suspects else "no norm output is an operand of an add"
+    try:
+        result = probes.probe_in_place(built.model, built.run_forward, built.norm_groups(facts), tuple(suspects))
+    except Exception as exc:  # a model whose tiny backward cannot run: the source read stands alone
+        reason = f"{ast_reason}; the in-place probe could not run ({type(exc).__name__}: {str(exc)[:120]})"
+        return Decision(ast_value, Method.AST, tuple(evidence), Status.SETTLED, reason)
+    probed = {
+        "gradients": result.residuals,  # per run: parameters whose gradient moved, of all, and the largest move
+        "matched": result.matched,  # the norms that cannot backprop in place (all of them when the value is True)
+        "tolerance": {"gradient_relative": probes.IN_PLACE_TOLERANCE},
+    }
+    first = evidence[0] if evidence else Evidence(facts.src.relative, (1, 1), facts.src.lines[0])
+    evidence = [Evidence(first.file, first.lines, first.snippet, probed), *evidence[1:]]
+    if result.value:
+        reason = "gradients unchanged with every norm backpropagating in place"
+        if suspects:
+            reason += f" (though the source adds {said})"
+    else:
+        reason = f"in place changes the gradients through {', '.join(result.matched)}; {ast_reason}"
+    return Decision(result.value, Method.PROBE, tuple(evidence), Status.SETTLED, reason)
 
 
 def _causal_forward(facts: Facts) -> ast.FunctionDef:
@@ -292,9 +405,13 @@ def decide_output_class(facts: Facts) -> Decision:
         if isinstance(node, ast.Return) and isinstance(node.value, ast.Call):
             name = called_names(node.value)[0].rsplit(".", 1)[-1]
             fields = {kw.arg for kw in node.value.keywords}
-            moe = bool(fields & MOE_OUTPUT_FIELDS) or name.startswith("Moe")
+            # decision-matrix rule 9: "MoE (has aux_loss)"; router_logits alone are only returned on request
+            moe = MOE_LOSS_FIELD in fields
             value = "LigerMoeCausalLMOutputWithPast" if moe else "LigerCausalLMOutputWithPast"
-            reason = f"returns {name}" + (f" with {', '.join(sorted(fields & MOE_OUTPUT_FIELDS))}" if moe else "")
+            extra = sorted(fields & MOE_OUTPUT_FIELDS)
+            reason = f"returns {name}" + (f" with {', '.join(extra)}" if extra else "")
+            if extra and not moe:
+                reason += " but no aux_loss: no load-balancing loss to carry"
             return Decision(value, Method.AST, (facts.src.evidence(node),), Status.SETTLED, reason)
     reason = f"{facts.ref.causal_lm_class}.forward returns no output class call"
     return Decision(None, Method.AST, (facts.src.evidence(forward, max_lines=30),), Status.NEEDS_REVIEW, reason)
@@ -389,6 +506,7 @@ def decide_mlp_kind(facts: Facts, built: probes.TinyModel) -> Decision:
         node = facts.src.method(cls_name, "forward") or facts.src.classes.get(cls_name)
         base = facts.src.evidence(node) if node is not None else Evidence(facts.src.relative, (1, 1), cls_name)
         evidence.append(Evidence(base.file, base.lines, base.snippet, {"module": cls_name, **result.to_json()}))
+    found = [(c, probes.ProbeResult("none", [], r.residuals) if _nothing_reproduces(r) else r) for c, r in found]
     values = {r.value for _, r in found if r.settled}
     unsettled = [f"{c}: {r.reason}" for c, r in found if not r.settled]
     if unsettled or len(values) != 1:
@@ -396,6 +514,9 @@ def decide_mlp_kind(facts: Facts, built: probes.TinyModel) -> Decision:
         value = values.pop() if len(values) == 1 else None
         return Decision(value, Method.PROBE, tuple(evidence), Status.NEEDS_REVIEW, reason)
     value = values.pop()
+    if value == "none":
+        reason = "no Liger MLP kernel reproduces " + "; ".join(f"{c}: {_why_not(r)}" for c, r in found)
+        return Decision(value, Method.PROBE, tuple(evidence), Status.SETTLED, reason)
     if value not in ("swiglu", "geglu", "phi3_swiglu", "relu_squared"):
         reason = f"{value}: Liger has no kernel for this MLP"
         return Decision(value, Method.PROBE, tuple(evidence), Status.NEEDS_REVIEW, reason)
@@ -430,7 +551,32 @@ def decide_rope(facts: Facts, built: probes.TinyModel) -> Decision:
     reason = ""
     if result.settled and result.value == "none":
         reason = f"{result.matched[0]}: Liger's rotary kernels cannot run it"
+    if result.settled and result.matched == ["partial_rotary"]:
+        reason = "partial rotary: liger_rotary_pos_emb rotates the first cos.shape[-1] dims (ops/rope.py)"
+    if not result.settled and _nothing_reproduces(result):
+        result = probes.ProbeResult("none", [], result.residuals)
+        reason = f"none of Liger's rotary kernels reproduces {facts.rotary_fn}: {_why_not(result)}"
     return _probe_decision(result, result.value, evidence, reason)
+
+
+def _nothing_reproduces(result: probes.ProbeResult) -> bool:
+    """Every candidate ran or was ruled out on the HF call's own inputs, and none matched (a proven "none")."""
+    return result.reason == probes.NO_MATCH and bool(result.residuals)
+
+
+def _why_not(result: probes.ProbeResult) -> str:
+    parts = []
+    for name, score in result.residuals.items():
+        parts.append(
+            f"{name} n/a ({score['n/a'][:60]})" if "n/a" in score else f"{name} off by {score.get('fp32'):.2g}"
+        )
+    return "; ".join(parts)
+
+
+def _not_rms(norm: dict[str, Decision], family: str | None) -> Decision:
+    evidence = norm["rms_offset"].evidence
+    reason = "LayerNorm: LigerLayerNorm has no in_place option" if family == "layer" else "no RMSNorm to run in place"
+    return Decision(None, Method.PROBE, evidence, Status.SETTLED, reason)
 
 
 # -- the stage -------------------------------------------------------------------------------------------------
@@ -481,7 +627,7 @@ def understand(name: str) -> Profile:
     decisions = {
         "norm_type": norm_type,
         **norm,
-        "rms_in_place": decide_in_place(facts),
+        "rms_in_place": decide_in_place(facts, built) if family == "rms" else _not_rms(norm, family),
         "mlp_kind": decide_mlp_kind(facts, built),
         "structure": decide_structure(facts, built),
         "has_vision": decide_has_vision(facts, config_src),

@@ -19,6 +19,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Protocol
 
+from pipelines import changeset
 from pipelines.autopatch import act
 from pipelines.autopatch.profile import Profile
 from pipelines.commands import CommandResult
@@ -186,10 +187,10 @@ def gate_convergence(profile: Profile, root: Path, runner: Runner) -> list[GateR
 
 
 def gate_checkstyle(profile: Profile, root: Path, runner: Runner) -> GateResult:
-    check = runner.run(act.ruff_argv("check", "--output-format=concise", "."), root, None, 300)
+    check = runner.run(changeset.ruff_argv("check", "--output-format=concise", "."), root, None, 300)
     if not check.ok:
         return _result("Checkstyle", check, "")
-    fmt = runner.run(act.ruff_argv("format", "--check", "."), root, None, 300)
+    fmt = runner.run(changeset.ruff_argv("format", "--check", "."), root, None, 300)
     return _result("Checkstyle", fmt, "ruff check . && ruff format --check . (ruff 0.14.11)")
 
 

@@ -12,9 +12,9 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from pipelines import render
-from pipelines.autopatch.act import Changeset
-from pipelines.autopatch.act import FileChange
-from pipelines.autopatch.act import format_with_target_style
+from pipelines.changeset import Changeset
+from pipelines.changeset import FileChange
+from pipelines.changeset import format_with_target_style
 from pipelines.kernel import exports
 from pipelines.kernel.profile import ELEMENTWISE_BLOCK
 from pipelines.kernel.profile import ELEMENTWISE_WARPS

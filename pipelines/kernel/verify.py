@@ -10,7 +10,7 @@ import os
 import sys
 from pathlib import Path
 
-from pipelines.autopatch.act import ruff_argv
+from pipelines.changeset import ruff_argv
 from pipelines.commands import run_command
 from pipelines.kernel.act import KernelFiles
 from pipelines.outcome import GateResult

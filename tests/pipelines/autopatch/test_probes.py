@@ -87,4 +87,53 @@ def test_rope_standard_and_partial():
     full = probes.probe_rope(probes.standard_rope, names, (q, k, cos, sin), {})
     assert full.value == "standard" and full.matched == ["standard"]
     half = probes.probe_rope(probes.partial_rope, names, (q, k, cos[..., :4], sin[..., :4]), {})
-    assert half.value == "none" and "n/a" in half.residuals["standard"]
+    # Liger's kernel takes rotary_dim from cos's width: partial rotary is its standard function too
+    assert half.value == "standard" and half.matched == ["partial_rotary"] and "n/a" in half.residuals["standard"]
+    pairs = probes.probe_rope(probes.interleaved_rope, names, (q, k, cos, sin), {})
+    assert pairs.value == "none" and pairs.matched == ["interleaved"]
+
+
+class Block(nn.Module):
+    """A residual block with its norm before (pre-norm, like Llama) or after (post-norm, like OLMo 2) the mixer."""
+
+    def __init__(self, post_norm: bool):
+        super().__init__()
+        self.norm, self.mixer, self.post_norm = LlamaStyleRMSNorm(16), nn.Linear(16, 16), post_norm
+        with torch.no_grad():
+            self.norm.weight.uniform_(0.5, 1.5)
+
+    def forward(self, x):
+        if self.post_norm:
+            return x + self.norm(self.mixer(x))
+        return x + self.mixer(self.norm(x))
+
+
+class Stack(nn.Module):
+    def __init__(self, post_norm: bool):
+        super().__init__()
+        self.embed = nn.Linear(8, 16)
+        self.blocks = nn.ModuleList([Block(post_norm), Block(post_norm)])
+
+    def forward(self, x):
+        x = self.embed(x)
+        for block in self.blocks:
+            x = block(x)
+        return x
+
+
+def in_place_probe(post_norm: bool):
+    torch.manual_seed(0)
+    model, inputs = Stack(post_norm), torch.randn(3, 8)
+    return probes.probe_in_place(model, lambda: model(inputs), {"norm": [b.norm for b in model.blocks]})
+
+
+def test_in_place_backward_is_safe_before_the_mixer():
+    result = in_place_probe(post_norm=False)
+    assert result.value is True and result.residuals["all norms in place"]["differing"] == 0
+
+
+def test_in_place_backward_corrupts_the_residual_when_the_norm_output_is_added():
+    result = in_place_probe(post_norm=True)
+    assert result.value is False and result.matched == ["norm"]
+    moved = result.residuals["all norms in place"]
+    assert moved["differing"] > 0 and moved["max_relative"] > 1e-2

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import ast
+
 import pytest
 
 from pipelines.autopatch.profile import DECISION_KEYS
@@ -9,6 +11,7 @@ from pipelines.autopatch.profile import Method
 from pipelines.autopatch.profile import Status
 from pipelines.autopatch.resolve import resolve
 from pipelines.autopatch.source import site_packages
+from pipelines.autopatch.understand import norm_outputs_added
 from pipelines.autopatch.understand import understand
 from pipelines.outcome import PipelineError
 
@@ -50,7 +53,7 @@ def test_malicious_names_are_refused_before_any_lookup(name):
 
 @pytest.fixture(scope="module")
 def profiles():
-    names = ("llama", "gemma", "gemma2", "qwen3_moe", "mixtral", "nemotron", "phi3")
+    names = ("llama", "gemma", "gemma2", "olmo2", "qwen3_moe", "mixtral", "nemotron", "phi3")
     return {name: understand(name) for name in names}
 
 
@@ -88,12 +91,31 @@ def test_gemma_uses_gemma_casting_offset_one_and_geglu(profiles):
     assert got["rms_in_place"] is True
 
 
-def test_gemma2_norms_in_sequence_are_not_in_place_and_it_softcaps(profiles):
+def test_gemma2_softcaps(profiles):
     got = values(profiles["gemma2"])
-    assert got["rms_in_place"] is False and got["logit_softcapping"] is True
+    assert got["logit_softcapping"] is True
     assert "pre_feedforward_layernorm" in got["norm_attrs"]["decoder"]
-    reason = profiles["gemma2"].decisions["rms_in_place"].reason
-    assert "post_attention_layernorm" in reason and "pre_feedforward_layernorm" in reason
+
+
+def test_pre_norm_llama_may_backprop_in_place(profiles):
+    decision = profiles["llama"].decisions["rms_in_place"]
+    assert decision.value is True and decision.method is Method.PROBE
+    gradients = decision.evidence[0].probe["gradients"]
+    assert gradients["all norms in place"]["differing"] == 0 and gradients["all norms in place"]["of"] > 10
+
+
+@pytest.mark.parametrize("name", ["gemma2", "olmo2"])
+def test_a_norm_output_added_to_the_residual_is_not_in_place(profiles, name):
+    """Post-norms (`hidden = residual + self.post_attention_layernorm(h)`): autograd hands the add's gradient to
+    both operands as one tensor, so an in-place dX would overwrite the residual's gradient. The probe sees it."""
+    decision = profiles[name].decisions["rms_in_place"]
+    assert decision.value is False and decision.method is Method.PROBE
+    probe = decision.evidence[0].probe
+    assert probe["gradients"]["all norms in place"]["differing"] > 0
+    assert set(probe["matched"]) == {"post_attention_layernorm", "post_feedforward_layernorm"}
+    assert "input_layernorm" not in probe["matched"] and "pre_feedforward_layernorm" not in probe["matched"]
+    cited = "\n".join(e.snippet for e in decision.evidence)
+    assert "self.post_attention_layernorm(" in cited and "residual + hidden_states" in cited
 
 
 @pytest.mark.parametrize("name", ["qwen3_moe", "mixtral"])
@@ -108,11 +130,49 @@ def test_moe_models(profiles, name):
 def test_nemotron_layer_norm_1p_relu_squared_partial_rotary(profiles):
     got = values(profiles["nemotron"])
     assert (got["norm_type"], got["rms_offset"], got["rms_casting_mode"]) == ("layer", 1.0, None)
+    assert got["rms_in_place"] is None  # LigerLayerNorm has no in_place option
     assert got["mlp_kind"] == "relu_squared"
-    assert got["rope"] == "none"
+    # Liger's liger_rotary_pos_emb rotates the first cos.shape[-1] dims (ops/rope.py): partial rotary is "standard"
+    assert got["rope"] == "standard"
     rope = profiles["nemotron"].decisions["rope"]
     assert rope.method is Method.PROBE and rope.evidence[0].probe["matched"] == ["partial_rotary"]
     assert "n/a" in rope.evidence[0].probe["candidates"]["standard"]
+
+
+def test_a_weightless_norm_is_no_patch_target():
+    """DeepSeek-V4's q_b_norm is an UnweightedRMSNorm: Liger's instance patch reads `self.weight`."""
+    got = values(understand("deepseek_v4"))
+    assert "q_a_norm" in got["norm_attrs"]["attn"] and "q_b_norm" not in got["norm_attrs"]["attn"]
+
+
+def test_outputs_without_aux_loss_use_the_plain_output_class():
+    """decision-matrix rule 9 is about aux_loss; DeepSeek-V2 returns router_logits only."""
+    decision = understand("deepseek_v2").decisions["output_class"]
+    assert decision.value == "LigerCausalLMOutputWithPast" and "no aux_loss" in decision.reason
+
+
+def test_norm_outputs_reaching_an_add_are_found_through_aliases_and_augmented_adds():
+    method = ast.parse(POST_NORM_LAYER).body[0].body[0]
+    found = {a.attr: a for a in norm_outputs_added(method, {"input_layernorm", "post_norm", "pre_norm", "q_norm"})}
+    assert set(found) == {"post_norm", "pre_norm"}
+    assert found["post_norm"].bound.lineno == 7 and found["post_norm"].add.lineno == 8
+    assert found["pre_norm"].add.lineno == 11  # `y += x`: an in-place add hands its gradient on as well
+
+
+POST_NORM_LAYER = """
+class Layer:
+    def forward(self, x):
+        residual = x
+        x = self.input_layernorm(x)
+        x = self.attn(x)
+        x = self.post_norm(x).to(x.dtype)
+        x = residual + x
+        y = self.pre_norm(x)
+        z = self.q_norm(x).view(2, -1)
+        y += x
+        z = self.mlp(z)
+        return x + z
+"""
 
 
 def test_phi3_fused_gate_up(profiles):

@@ -1,9 +1,13 @@
 """Partitioned mean pooling as custom ops torch.compile traces (ops -> autograd -> functional, Liger-style).
 
 `liger_fuse::partitioned_mean(values [N, D], offsets [B+1]) -> [B, D]` and the grouped form
-`liger_fuse::grouped_partitioned_mean(values[], offsets[]) -> out[]`, each one Triton launch forward and one
-backward (plus the zero-fill of the fp32 output that tiles of a long partition add into). The Triton module is
-imported on first use, so a CPU process can set TRITON_INTERPRET=1 before then.
+`liger_fuse::grouped_partitioned_mean(values[], offsets[]) -> out[]`, one Triton launch forward and one backward
+(the forward also clears a B-entry int32 counter array that only partitions longer than R rows use).
+
+`partitioned_mean` is a `torch.library.triton_op`: Inductor traces into it and launches the Triton kernels from
+its generated code, so the op costs no Python dispatch inside a compiled model. Triton's interpreter cannot run
+on the fake tensors a trace uses, so under TRITON_INTERPRET=1 the op calls an opaque custom op instead. The
+Triton module is imported on first use, so a CPU process can set TRITON_INTERPRET=1 before then.
 """
 
 from __future__ import annotations
@@ -31,14 +35,15 @@ def _kernels():
 
 
 def launch_config(total_rows: int, width: int, device: torch.device, dtype: torch.dtype = torch.float32) -> dict:
-    """Tile sizes: enough virtual tiles to fill the GPU; the interpreter prefers few, large programs."""
+    """R (rows a program reduces; a longer partition is split), BLOCK_N rows per step, BLOCK_D columns."""
     block_d = min(256, triton_next_power_of_2(max(width, 1)))
     if device.type != "cuda":
+        # the interpreter prefers few, large programs; R stays small enough that tests split partitions
         return {"R": max(4, triton_next_power_of_2(max(total_rows // 4, 1))), "BLOCK_N": 4, "BLOCK_D": block_d}
     # H200 sweep (benchmarks/NOTES.md, fuse / pooling): best summed over uniform, skewed and single lengths
     if dtype == torch.bfloat16:
-        return {"R": 128, "BLOCK_N": 8, "BLOCK_D": min(block_d, 128), "num_warps": 2, "num_stages": 3}
-    return {"R": 128, "BLOCK_N": 32, "BLOCK_D": block_d, "num_warps": 4, "num_stages": 3}
+        return {"R": 512, "BLOCK_N": 32, "BLOCK_D": block_d, "num_warps": 4, "num_stages": 2}
+    return {"R": 512, "BLOCK_N": 16, "BLOCK_D": block_d, "num_warps": 4, "num_stages": 2}
 
 
 def triton_next_power_of_2(n: int) -> int:
@@ -49,33 +54,59 @@ def _log_b(partitions: int) -> int:
     return max(1, int(partitions).bit_length())
 
 
+def _cdiv(a, b):
+    return -(-a // b)
+
+
+def _launcher(kernel, traceable: bool):
+    """wrap_triton only inside a triton_op's body, where a trace may be running: called outside one, the wrapper
+    goes through the higher-order-op dispatcher on every launch (direct calls took 0.19-0.55 ms on the H200)."""
+    return torch.library.wrap_triton(kernel) if traceable and not interpreter_active() else kernel
+
+
 def _check(values: torch.Tensor, offsets: torch.Tensor) -> None:
     torch._check(values.dim() == 2, lambda: f"values must be [N, D], got {tuple(values.shape)}")
     torch._check(offsets.dim() == 1 and offsets.shape[0] >= 2, lambda: "offsets must be [B+1] with B >= 1")
     torch._check(values.dtype in SUPPORTED_DTYPES, lambda: f"values dtype {values.dtype} is not fp32/bf16")
 
 
-def partitioned_mean_forward(values: torch.Tensor, offsets: torch.Tensor, config: dict | None = None) -> torch.Tensor:
+def partitioned_mean_forward(
+    values: torch.Tensor,
+    offsets: torch.Tensor,
+    config: dict | None = None,
+    counters: torch.Tensor | None = None,
+    traceable: bool = False,
+) -> torch.Tensor:
+    """One launch; `counters` (int32, >= B * D-blocks, all zero; left zero) saves the clear when reused."""
     _check(values, offsets)
     values = values.contiguous()
     offsets = offsets.to(torch.int64).contiguous()
     n, d = values.shape
     b = offsets.shape[0] - 1
-    cfg = config or launch_config(n, d, values.device, values.dtype)
-    out = torch.zeros(b, d, dtype=torch.float32, device=values.device)
-    grid = (b + n // cfg["R"], -(-d // cfg["BLOCK_D"]))
-    _kernels().partitioned_mean_fwd_kernel[grid](values, offsets, out, b, d, LOG_B=_log_b(b), **cfg)
-    return out if values.dtype == torch.float32 else out.to(values.dtype)
+    cfg = dict(config or launch_config(n, d, values.device, values.dtype))
+    rows_per_program = cfg.pop("R")
+    grid = (b + n // rows_per_program, _cdiv(d, cfg["BLOCK_D"]))
+    out = values.new_empty(b, d)
+    workspace = torch.empty(grid[0], d, dtype=torch.float32, device=values.device)
+    if counters is None:
+        counters = torch.zeros(b * grid[1], dtype=torch.int32, device=values.device)
+    kernel = _launcher(_kernels().partitioned_mean_fwd_kernel, traceable)
+    kernel[grid](values, offsets, out, workspace, counters, b, d, rows_per_program, LOG_B=_log_b(b), **cfg)
+    return out
 
 
-def partitioned_mean_backward(grad_out: torch.Tensor, offsets: torch.Tensor, rows: int, config: dict | None = None):
+def partitioned_mean_backward(
+    grad_out: torch.Tensor, offsets: torch.Tensor, rows: int, config: dict | None = None, traceable: bool = False
+):
     grad_out = grad_out.contiguous()
     offsets = offsets.to(torch.int64).contiguous()
     b, d = grad_out.shape
-    cfg = config or launch_config(rows, d, grad_out.device, grad_out.dtype)
-    grad_values = torch.empty(rows, d, dtype=grad_out.dtype, device=grad_out.device)
-    grid = (b + rows // cfg["R"], -(-d // cfg["BLOCK_D"]))
-    _kernels().partitioned_mean_bwd_kernel[grid](grad_out, offsets, grad_values, b, rows, d, LOG_B=_log_b(b), **cfg)
+    cfg = dict(config or launch_config(rows, d, grad_out.device, grad_out.dtype))
+    rows_per_program = cfg.pop("R")
+    grad_values = grad_out.new_empty(rows, d)
+    grid = (b + rows // rows_per_program, _cdiv(d, cfg["BLOCK_D"]))
+    kernel = _launcher(_kernels().partitioned_mean_bwd_kernel, traceable)
+    kernel[grid](grad_out, offsets, grad_values, b, rows, d, rows_per_program, LOG_B=_log_b(b), **cfg)
     return grad_values
 
 
@@ -83,14 +114,24 @@ def _tables(tensors: list[torch.Tensor], device) -> torch.Tensor:
     return torch.tensor([t.data_ptr() for t in tensors], dtype=torch.int64, device=device)
 
 
-def _grouped_plan(rows: list[int], widths: list[int], partitions: list[int], device):
-    cfg = launch_config(max(rows), max(widths), device)
-    tiles = [b + n // cfg["R"] for b, n in zip(partitions, rows, strict=False)]
-    tile_base = [0]
-    for count in tiles:
-        tile_base.append(tile_base[-1] + count)
-    shapes = [v for triple in zip(partitions, rows, widths, strict=False) for v in triple]
-    return cfg, tile_base, torch.tensor(shapes, dtype=torch.int64, device=device)
+def _prefix(counts: list[int]) -> list[int]:
+    out = [0]
+    for count in counts:
+        out.append(out[-1] + count)
+    return out
+
+
+def _grouped_plan(rows: list[int], widths: list[int], partitions: list[int], device, dtype):
+    """(config, rows per program, program base per feature, grid, [B, N, D, first counter] per feature)."""
+    cfg = launch_config(max(rows), max(widths), device, dtype)
+    rows_per_program = cfg.pop("R")
+    tile_base = _prefix([b + n // rows_per_program for b, n in zip(partitions, rows, strict=True)])
+    counter_base = _prefix(partitions)
+    shapes = [v for quad in zip(partitions, rows, widths, counter_base, strict=False) for v in quad]
+    grid = (tile_base[-1], _cdiv(max(widths), cfg["BLOCK_D"]))
+    tables = (torch.tensor(tile_base, dtype=torch.int64, device=device),)
+    tables += (torch.tensor(shapes, dtype=torch.int64, device=device),)
+    return cfg, rows_per_program, grid, tables
 
 
 def grouped_partitioned_mean_forward(values: list[torch.Tensor], offsets: list[torch.Tensor]) -> list[torch.Tensor]:
@@ -102,26 +143,31 @@ def grouped_partitioned_mean_forward(values: list[torch.Tensor], offsets: list[t
     device = values[0].device
     values = [v.contiguous() for v in values]
     offsets = [o.to(torch.int64).contiguous() for o in offsets]
-    rows = [v.shape[0] for v in values]
     widths = [v.shape[1] for v in values]
     partitions = [o.shape[0] - 1 for o in offsets]
-    cfg, tile_base, shapes = _grouped_plan(rows, widths, partitions, device)
+    cfg, rows_per_program, grid, (tile_base, shapes) = _grouped_plan(
+        [v.shape[0] for v in values], widths, partitions, device, dtype
+    )
     # separate buffers: a custom op's outputs must not alias each other
-    outs = [torch.zeros(b, d, dtype=torch.float32, device=device) for b, d in zip(partitions, widths, strict=False)]
-    grid = (tile_base[-1], -(-max(widths) // cfg["BLOCK_D"]))
-    kernels = _kernels()
-    kernels.grouped_partitioned_mean_fwd_kernel[grid](
+    outs = [torch.empty(b, d, dtype=dtype, device=device) for b, d in zip(partitions, widths, strict=False)]
+    workspace = torch.empty(grid[0], max(widths), dtype=torch.float32, device=device)
+    counters = torch.zeros(sum(partitions) * grid[1], dtype=torch.int32, device=device)
+    _kernels().grouped_partitioned_mean_fwd_kernel[grid](
         _tables(values, device),
         _tables(offsets, device),
         _tables(outs, device),
         shapes,
-        torch.tensor(tile_base, dtype=torch.int64, device=device),
+        tile_base,
+        workspace,
+        counters,
+        max(widths),
         F=len(values),
         ELEM=_triton_dtype(dtype),
         LOG_B=_log_b(max(partitions)),
+        R=rows_per_program,
         **cfg,
     )
-    return outs if dtype == torch.float32 else [o.to(dtype) for o in outs]
+    return outs
 
 
 def grouped_partitioned_mean_backward(grads: list[torch.Tensor], offsets: list[torch.Tensor], rows: list[int]):
@@ -130,20 +176,20 @@ def grouped_partitioned_mean_backward(grads: list[torch.Tensor], offsets: list[t
     offsets = [o.to(torch.int64).contiguous() for o in offsets]
     widths = [g.shape[1] for g in grads]
     partitions = [g.shape[0] for g in grads]
-    cfg, tile_base, shapes = _grouped_plan(rows, widths, partitions, device)
+    cfg, rows_per_program, grid, (tile_base, shapes) = _grouped_plan(rows, widths, partitions, device, grads[0].dtype)
     grad_values = [
         torch.empty(n, d, dtype=g.dtype, device=device) for n, d, g in zip(rows, widths, grads, strict=False)
     ]
-    grid = (tile_base[-1], -(-max(widths) // cfg["BLOCK_D"]))
     _kernels().grouped_partitioned_mean_bwd_kernel[grid](
         _tables(grads, device),
         _tables(offsets, device),
         _tables(grad_values, device),
         shapes,
-        torch.tensor(tile_base, dtype=torch.int64, device=device),
+        tile_base,
         F=len(grads),
         ELEM=_triton_dtype(grads[0].dtype),
         LOG_B=_log_b(max(partitions)),
+        R=rows_per_program,
         **cfg,
     )
     return grad_values
@@ -155,27 +201,44 @@ def _triton_dtype(dtype: torch.dtype):
     return {torch.float32: tl.float32, torch.bfloat16: tl.bfloat16}[dtype]
 
 
-# --- custom ops: what torch.compile sees (opaque to Inductor, differentiable through register_autograd) ---
+# --- opaque custom ops: the kernels launched from Python; what the interpreter (CPU) path runs ---
 
 
-@torch.library.custom_op("liger_fuse::partitioned_mean", mutates_args=())
-def partitioned_mean(values: torch.Tensor, offsets: torch.Tensor) -> torch.Tensor:
+@torch.library.custom_op("liger_fuse::partitioned_mean_opaque", mutates_args=())
+def partitioned_mean_opaque(values: torch.Tensor, offsets: torch.Tensor) -> torch.Tensor:
     return partitioned_mean_forward(values, offsets)
 
 
-@partitioned_mean.register_fake
+@partitioned_mean_opaque.register_fake
 def _(values, offsets):
     return values.new_empty(offsets.shape[0] - 1, values.shape[1])
 
 
-@torch.library.custom_op("liger_fuse::partitioned_mean_backward", mutates_args=())
-def partitioned_mean_grad(grad_out: torch.Tensor, offsets: torch.Tensor, rows: int) -> torch.Tensor:
+@torch.library.custom_op("liger_fuse::partitioned_mean_backward_opaque", mutates_args=())
+def partitioned_mean_backward_opaque(grad_out: torch.Tensor, offsets: torch.Tensor, rows: int) -> torch.Tensor:
     return partitioned_mean_backward(grad_out, offsets, rows)
 
 
-@partitioned_mean_grad.register_fake
+@partitioned_mean_backward_opaque.register_fake
 def _(grad_out, offsets, rows):
     return grad_out.new_empty(rows, grad_out.shape[1])
+
+
+# --- triton ops: what torch.compile sees; Inductor inlines their kernels (differentiable via register_autograd) ---
+
+
+@torch.library.triton_op("liger_fuse::partitioned_mean", mutates_args=())
+def partitioned_mean(values: torch.Tensor, offsets: torch.Tensor) -> torch.Tensor:
+    if interpreter_active():
+        return partitioned_mean_opaque(values, offsets)
+    return partitioned_mean_forward(values, offsets, traceable=True)
+
+
+@torch.library.triton_op("liger_fuse::partitioned_mean_backward", mutates_args=())
+def partitioned_mean_grad(grad_out: torch.Tensor, offsets: torch.Tensor, rows: int) -> torch.Tensor:
+    if interpreter_active():
+        return partitioned_mean_backward_opaque(grad_out, offsets, rows)
+    return partitioned_mean_backward(grad_out, offsets, rows, traceable=True)
 
 
 def _setup_context(ctx, inputs, output):

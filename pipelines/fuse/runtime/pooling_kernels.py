@@ -1,13 +1,21 @@
 """Triton kernels for batched partitioned mean pooling: values [N, D], offsets [B+1] -> out [B, D].
 
-Work is split into *virtual tiles* so that one huge partition among many tiny ones, or B = 1, still spreads
-over the whole GPU in one launch. Partition b owns the tiles `G(b) .. G(b+1)-1` with
-`G(b) = b + (offsets[b] - offsets[0]) // R`: one tile per partition plus one per multiple of R rows it
-crosses, so the grid, `B + N // R`, is known from shapes alone (no host sync on offsets, which keeps the op
-traceable by torch.compile). A program finds its partition by binary search over G, which is monotone.
-A partition that fits one tile is reduced and stored by that tile alone; a longer one adds each tile's
-partial mean atomically into a zeroed fp32 output. Backward uses the same tiles and writes each row once.
-Accumulation is fp32 for every input dtype. Kernels run under TRITON_INTERPRET=1 on CPU tensors.
+One launch, grid `(B + N // R, cdiv(D, BLOCK_D))`, known from shapes alone (no host sync on offsets, so the op
+stays traceable by torch.compile). Partition b is cut into `tiles(b) = cdiv(len, R)` tiles of R rows counted
+from its own start:
+
+* program p < B is the *head*: tile 0 of partition p, found without any search. A partition of at most R rows
+  (every partition of the usual short-history batch) is reduced by its head alone, which writes the mean once,
+  in the output dtype: no atomics, no zero-filled output, no cast afterwards.
+* program p >= B takes the R-row boundary j = p - B + 1 (row `base + j * R`). It lies in (start, end] of
+  exactly one partition, found by binary search; that partition runs its extra tile k = j - (start-base)//R
+  there if it has one (a partition holds at least `tiles - 1` such boundaries), else the program is idle.
+
+A partition longer than R (one huge partition among tiny ones, B = 1) is thus spread over many programs; each
+writes its fp32 partial sum to its own workspace row and counts itself in on a per-(partition, D-block)
+counter; the last to arrive sums the partials, writes the mean and puts the counter back to zero. Accumulation
+is fp32 for every input dtype. Backward uses the same tiles and writes each row of grad_values once. Kernels
+run under TRITON_INTERPRET=1 on CPU tensors.
 """
 
 from __future__ import annotations
@@ -17,18 +25,34 @@ import triton.language as tl
 
 
 @triton.jit
-def _tile_index(offsets_ptr, B, p, R: tl.constexpr, LOG_B: tl.constexpr):
-    """The partition b owning virtual tile p: the largest b in [0, B) with G(b) <= p."""
-    base = tl.load(offsets_ptr).to(tl.int64)
+def _partition_holding(offsets_ptr, B, row, LOG_B: tl.constexpr):
+    """The smallest b in [0, B) with offsets[b + 1] >= row: the partition whose rows (start, end] hold `row`."""
     lo = tl.zeros((), dtype=tl.int64)
-    hi = tl.zeros((), dtype=tl.int64) + B
+    hi = tl.zeros((), dtype=tl.int64) + B - 1
     for _ in tl.static_range(LOG_B):
         mid = (lo + hi) // 2
-        g = mid + (tl.load(offsets_ptr + mid).to(tl.int64) - base) // R
-        take = g <= p
-        lo = tl.where(take, mid, lo)
-        hi = tl.where(take, hi, mid)
-    return lo, base
+        reaches = tl.load(offsets_ptr + mid + 1).to(tl.int64) >= row
+        hi = tl.where(reaches, mid, hi)
+        lo = tl.where(reaches, lo, mid + 1)
+    return lo
+
+
+@triton.jit
+def _tile(offsets_ptr, B, p, R, LOG_B: tl.constexpr):
+    """(b, start, end, k, tiles, first_boundary) for program p; k >= tiles means the program has no work."""
+    base = tl.load(offsets_ptr).to(tl.int64)
+    if p < B:
+        b = p
+    else:
+        b = _partition_holding(offsets_ptr, B, base + (p - B + 1) * R, LOG_B)
+    start = tl.load(offsets_ptr + b).to(tl.int64)
+    end = tl.load(offsets_ptr + b + 1).to(tl.int64)
+    tiles = tl.maximum(tl.cdiv(end - start, R), 1)
+    first_boundary = (start - base) // R + 1
+    k = tl.where(p < B, 0, p - B + 1 - first_boundary + 1)
+    # a boundary past the last row belongs to no partition
+    k = tl.where((p >= B) & (base + (p - B + 1) * R > tl.load(offsets_ptr + B).to(tl.int64)), tiles, k)
+    return b, start, end, k, tiles, first_boundary
 
 
 @triton.jit
@@ -36,41 +60,53 @@ def _pool_tile(
     values_ptr,
     offsets_ptr,
     out_ptr,
+    ws_ptr,
+    ws_stride,
+    counters_ptr,
+    counters_stride,
     B,
     D,
     p,
     pid_d,
-    R: tl.constexpr,
+    R,
     LOG_B: tl.constexpr,
     BLOCK_N: tl.constexpr,
     BLOCK_D: tl.constexpr,
 ):
-    b, base = _tile_index(offsets_ptr, B, p, R, LOG_B)
-    start = tl.load(offsets_ptr + b).to(tl.int64)
-    end = tl.load(offsets_ptr + b + 1).to(tl.int64)
-    first_tile = (start - base) // R
-    g_b = b + first_tile
-    k = p - g_b
-    g_next = b + 1 + (end - base) // R
-    count = end - start
-    single = (end - 1 - base) // R <= first_tile  # the partition's rows (if any) lie in one tile
-    lo = tl.maximum(start, base + (first_tile + k) * R)
-    hi = tl.minimum(end, base + (first_tile + k + 1) * R)
-    cols = pid_d * BLOCK_D + tl.arange(0, BLOCK_D)
-    col_mask = cols < D
-    if p < g_next:
-        if (single == 0) | (k == 0):
-            acc = tl.zeros((BLOCK_N, BLOCK_D), dtype=tl.float32)
-            rows0 = tl.arange(0, BLOCK_N)
-            for r in range(lo, hi, BLOCK_N):
-                rows = r + rows0
-                mask = (rows < hi)[:, None] & col_mask[None, :]
-                acc += tl.load(values_ptr + rows[:, None] * D + cols[None, :], mask=mask, other=0.0).to(tl.float32)
-            partial = tl.sum(acc, axis=0) / tl.maximum(count, 1).to(tl.float32)
-            if single:
-                tl.store(out_ptr + b * D + cols, partial, mask=col_mask)
-            elif hi > lo:
-                tl.atomic_add(out_ptr + b * D + cols, partial, mask=col_mask)
+    b, start, end, k, tiles, first_boundary = _tile(offsets_ptr, B, p, R, LOG_B)
+    if k < tiles:
+        cols = pid_d * BLOCK_D + tl.arange(0, BLOCK_D)
+        col_mask = cols < D
+        lo = start + k * R
+        hi = tl.minimum(end, lo + R)
+        rows0 = tl.arange(0, BLOCK_N)
+        acc = tl.zeros((BLOCK_N, BLOCK_D), dtype=tl.float32)
+        for r in range(lo, hi, BLOCK_N):
+            rows = r + rows0
+            mask = (rows < hi)[:, None] & col_mask[None, :]
+            acc += tl.load(values_ptr + rows[:, None] * D + cols[None, :], mask=mask, other=0.0).to(tl.float32)
+        total = tl.sum(acc, axis=0)
+        count = tl.maximum(end - start, 1).to(tl.float32)
+        out_ty = out_ptr.dtype.element_ty
+        if tiles == 1:
+            tl.store(out_ptr + b * D + cols, (total / count).to(out_ty), mask=col_mask)
+        else:
+            tl.store(ws_ptr + p * ws_stride + cols, total, mask=col_mask)
+            tl.debug_barrier()  # every thread's partial is written before the counter says so
+            counter = counters_ptr + b * counters_stride + pid_d
+            if tl.atomic_add(counter, 1, sem="acq_rel") == tiles - 1:
+                # the last tile in: the head's row is b, the extras' rows are B + first_boundary - 1 onwards
+                extra0 = B + first_boundary - 1
+                partial = tl.zeros((BLOCK_N, BLOCK_D), dtype=tl.float32)
+                for s in range(0, tiles - 1, BLOCK_N):
+                    slots = s + rows0
+                    mask = (slots < tiles - 1)[:, None] & col_mask[None, :]
+                    ptrs = ws_ptr + (extra0 + slots)[:, None] * ws_stride + cols[None, :]
+                    partial += tl.load(ptrs, mask=mask, other=0.0, cache_modifier=".cg")
+                head = tl.load(ws_ptr + b * ws_stride + cols, mask=col_mask, other=0.0, cache_modifier=".cg")
+                mean = (tl.sum(partial, axis=0) + head) / count
+                tl.store(out_ptr + b * D + cols, mean.to(out_ty), mask=col_mask)
+                tl.atomic_xchg(counter, 0)  # zero again for the next launch
 
 
 @triton.jit
@@ -83,39 +119,33 @@ def _pool_grad_tile(
     D,
     p,
     pid_d,
-    R: tl.constexpr,
+    R,
     LOG_B: tl.constexpr,
     BLOCK_N: tl.constexpr,
     BLOCK_D: tl.constexpr,
 ):
-    b, base = _tile_index(offsets_ptr, B, p, R, LOG_B)
-    start = tl.load(offsets_ptr + b).to(tl.int64)
-    end = tl.load(offsets_ptr + b + 1).to(tl.int64)
-    first_tile = (start - base) // R
-    k = p - (b + first_tile)
-    g_next = b + 1 + (end - base) // R
-    lo = tl.maximum(start, base + (first_tile + k) * R)
-    hi = tl.minimum(end, base + (first_tile + k + 1) * R)
-    cols = pid_d * BLOCK_D + tl.arange(0, BLOCK_D)
-    col_mask = cols < D
-    rows0 = tl.arange(0, BLOCK_N)
-    if p < g_next:
+    b, start, end, k, tiles, first_boundary = _tile(offsets_ptr, B, p, R, LOG_B)
+    if k < tiles:
+        cols = pid_d * BLOCK_D + tl.arange(0, BLOCK_D)
+        col_mask = cols < D
+        rows0 = tl.arange(0, BLOCK_N)
+        lo = start + k * R
+        hi = tl.minimum(end, lo + R)
         scale = 1.0 / tl.maximum(end - start, 1).to(tl.float32)
         g = tl.load(grad_out_ptr + b * D + cols, mask=col_mask, other=0.0).to(tl.float32) * scale
-        tile = tl.zeros((BLOCK_N, BLOCK_D), dtype=tl.float32) + g[None, :]
-        tile = tile.to(grad_values_ptr.dtype.element_ty)
+        tile = (tl.zeros((BLOCK_N, BLOCK_D), dtype=tl.float32) + g[None, :]).to(grad_values_ptr.dtype.element_ty)
         for r in range(lo, hi, BLOCK_N):
             rows = r + rows0
             mask = (rows < hi)[:, None] & col_mask[None, :]
             tl.store(grad_values_ptr + rows[:, None] * D + cols[None, :], tile, mask=mask)
         # rows outside [offsets[0], offsets[B]) belong to no partition: their gradient is zero
         zero = tl.zeros((BLOCK_N, BLOCK_D), dtype=grad_values_ptr.dtype.element_ty)
-        if (b == 0) & (k == 0):
+        if p == 0:
             for r in range(0, start, BLOCK_N):
                 rows = r + rows0
                 mask = (rows < start)[:, None] & col_mask[None, :]
                 tl.store(grad_values_ptr + rows[:, None] * D + cols[None, :], zero, mask=mask)
-        if (b == B - 1) & (p == g_next - 1):
+        if p == B - 1:
             for r in range(end, N, BLOCK_N):
                 rows = r + rows0
                 mask = (rows < N)[:, None] & col_mask[None, :]
@@ -127,9 +157,11 @@ def partitioned_mean_fwd_kernel(
     values_ptr,
     offsets_ptr,
     out_ptr,
+    ws_ptr,
+    counters_ptr,
     B,
     D,
-    R: tl.constexpr,
+    R,
     LOG_B: tl.constexpr,
     BLOCK_N: tl.constexpr,
     BLOCK_D: tl.constexpr,
@@ -138,6 +170,10 @@ def partitioned_mean_fwd_kernel(
         values_ptr,
         offsets_ptr,
         out_ptr,
+        ws_ptr,
+        D,
+        counters_ptr,
+        tl.num_programs(1),
         B,
         D,
         tl.program_id(0).to(tl.int64),
@@ -157,7 +193,7 @@ def partitioned_mean_bwd_kernel(
     B,
     N,
     D,
-    R: tl.constexpr,
+    R,
     LOG_B: tl.constexpr,
     BLOCK_N: tl.constexpr,
     BLOCK_D: tl.constexpr,
@@ -193,25 +229,46 @@ def grouped_partitioned_mean_fwd_kernel(
     out_table,
     shape_table,
     tile_base_ptr,
+    ws_ptr,
+    counters_ptr,
+    WS_STRIDE,
     F: tl.constexpr,
     ELEM: tl.constexpr,
-    R: tl.constexpr,
     LOG_B: tl.constexpr,
+    R,
     BLOCK_N: tl.constexpr,
     BLOCK_D: tl.constexpr,
 ):
-    """Several features (own values, offsets, B, D) in one launch; tables hold each feature's addresses."""
+    """Several features (own values, offsets, B, D) in one launch; tables hold each feature's addresses.
+
+    shape_table holds (B, N, D, first counter) per feature; workspace rows follow the global program id."""
     p = tl.program_id(0).to(tl.int64)
     f = _feature_of(tile_base_ptr, p, F)
     values_ptr = tl.load(values_table + f).to(tl.pointer_type(ELEM))
     offsets_ptr = tl.load(offsets_table + f).to(tl.pointer_type(tl.int64))
-    out_ptr = tl.load(out_table + f).to(tl.pointer_type(tl.float32))
-    B = tl.load(shape_table + 3 * f)
-    D = tl.load(shape_table + 3 * f + 2)
+    out_ptr = tl.load(out_table + f).to(tl.pointer_type(ELEM))
+    B = tl.load(shape_table + 4 * f)
+    D = tl.load(shape_table + 4 * f + 2)
+    tile_base = tl.load(tile_base_ptr + f)
+    counters = counters_ptr + tl.load(shape_table + 4 * f + 3) * tl.num_programs(1)
     pid_d = tl.program_id(1)
     if pid_d * BLOCK_D < D:
         _pool_tile(
-            values_ptr, offsets_ptr, out_ptr, B, D, p - tl.load(tile_base_ptr + f), pid_d, R, LOG_B, BLOCK_N, BLOCK_D
+            values_ptr,
+            offsets_ptr,
+            out_ptr,
+            ws_ptr + tile_base * WS_STRIDE,
+            WS_STRIDE,
+            counters,
+            tl.num_programs(1),
+            B,
+            D,
+            p - tile_base,
+            pid_d,
+            R,
+            LOG_B,
+            BLOCK_N,
+            BLOCK_D,
         )
 
 
@@ -224,8 +281,8 @@ def grouped_partitioned_mean_bwd_kernel(
     tile_base_ptr,
     F: tl.constexpr,
     ELEM: tl.constexpr,
-    R: tl.constexpr,
     LOG_B: tl.constexpr,
+    R,
     BLOCK_N: tl.constexpr,
     BLOCK_D: tl.constexpr,
 ):
@@ -234,9 +291,9 @@ def grouped_partitioned_mean_bwd_kernel(
     grad_ptr = tl.load(grad_table + f).to(tl.pointer_type(ELEM))
     offsets_ptr = tl.load(offsets_table + f).to(tl.pointer_type(tl.int64))
     grad_values_ptr = tl.load(grad_values_table + f).to(tl.pointer_type(ELEM))
-    B = tl.load(shape_table + 3 * f)
-    N = tl.load(shape_table + 3 * f + 1)
-    D = tl.load(shape_table + 3 * f + 2)
+    B = tl.load(shape_table + 4 * f)
+    N = tl.load(shape_table + 4 * f + 1)
+    D = tl.load(shape_table + 4 * f + 2)
     pid_d = tl.program_id(1)
     if pid_d * BLOCK_D < D:
         _pool_grad_tile(
@@ -253,3 +310,12 @@ def grouped_partitioned_mean_bwd_kernel(
             BLOCK_N,
             BLOCK_D,
         )
+
+
+__all__ = [
+    "grouped_partitioned_mean_bwd_kernel",
+    "grouped_partitioned_mean_fwd_kernel",
+    "partitioned_mean_bwd_kernel",
+    "partitioned_mean_fwd_kernel",
+    "triton",
+]

@@ -70,3 +70,32 @@ def test_custom_op_passes_torch_library_opcheck():
     offsets = _offsets([2, 0, 3])
     values = torch.randn(5, 4, requires_grad=True)
     torch.library.opcheck(pooling.partitioned_mean, (values, offsets), test_utils=("test_schema", "test_faketensor"))
+
+
+@pytest.mark.parametrize("rows_per_program", [4, 8, 64])
+def test_every_split_of_long_partitions_gives_the_same_mean_and_leaves_counters_zero(rows_per_program):
+    generator = torch.Generator().manual_seed(rows_per_program)
+    lengths = torch.randint(0, 12, (40,), generator=generator)
+    lengths[7], lengths[31] = 97, 45  # long partitions spread over many programs
+    offsets = _offsets(lengths.tolist()) + 3  # rows 0-2 belong to no partition
+    values = torch.randn(int(offsets[-1]) + 5, 8, generator=generator)
+    config = {"R": rows_per_program, "BLOCK_N": 4, "BLOCK_D": 8}
+    counters = torch.zeros(len(lengths), dtype=torch.int32)
+    for _ in range(2):  # the second launch relies on the first leaving the counters zero
+        out = pooling.partitioned_mean_forward(values, offsets, config, counters=counters)
+        torch.testing.assert_close(out.double(), pooling.partitioned_mean_reference(values.double(), offsets))
+        assert counters.abs().sum() == 0
+    grad = torch.randn(len(lengths), 8, generator=generator)
+    grad_values = pooling.partitioned_mean_backward(grad, offsets, values.shape[0], config)
+    expected = torch.zeros(values.shape[0], 8, dtype=torch.float64)
+    expected[3 : int(offsets[-1])] = _reference_grad(grad, offsets - 3, int(offsets[-1]) - 3)
+    torch.testing.assert_close(grad_values.double(), expected)
+
+
+def test_bf16_output_is_written_in_bf16_with_fp32_accumulation():
+    offsets = _offsets([300, 2])
+    values = torch.full((302, 4), 1.0 + 2**-7, dtype=torch.bfloat16)  # a bf16 sum would drift from the mean
+    values[300:] = 3.0
+    out = pooling.partitioned_mean_forward(values, offsets, {"R": 64, "BLOCK_N": 4, "BLOCK_D": 4})
+    assert out.dtype == torch.bfloat16
+    torch.testing.assert_close(out.float(), torch.tensor([[1.0 + 2**-7] * 4, [3.0] * 4]))

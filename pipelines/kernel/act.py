@@ -62,8 +62,9 @@ def check_no_clash(checkout: Checkout, name: str) -> None:
 
 
 def context(u: Understanding) -> dict:
-    weights = [w for w, _ in u.weights]
+    weights = [w.name for w in u.weights]
     grads = [w for w in weights if f"d{w}" in u.backward.col_sums]
+    scalar_grads = [w for w in weights if f"d{w}" in u.backward.scalar_stores]
     runtime = [p for p in u.reference.float_params if p.name in u.runtime_floats]
     tier2 = u.tier == Tier.ROWWISE
     ref = u.reference
@@ -75,8 +76,11 @@ def context(u: Understanding) -> dict:
         "forward": u.forward,
         "backward": u.backward,
         "weights": weights,
-        "weight_inits": u.weights,
+        "weight_specs": u.weights,
+        "learnable": [w.name for w in u.weights if w.learnable],
         "grads": grads,
+        "scalar_grads": scalar_grads,
+        "all_grads": grads + scalar_grads,
         "floats": u.runtime_floats,
         "float_params": ref.float_params,
         "runtime_floats": u.runtime_floats,
@@ -85,6 +89,10 @@ def context(u: Understanding) -> dict:
         "block_size": ELEMENTWISE_BLOCK,
         "num_warps": ELEMENTWISE_WARPS,
         "saved_unpack": ", ".join(["X", *weights]) if weights else "(X,)",
+        "backward_results": ", ".join(["dX", *[f"d{w}" for w in weights]]),
+        "needs_hidden": ref.has_weights,
+        "first_column": next((w.name for w in u.weights if not w.scalar), ""),
+        "state_keys": {w.state_key: w.name for w in u.weights},
         "reference_imports": ref.imports,
         "reference_code": ref.code.rstrip() + "\n",
         "reference_class": ref.class_name,

@@ -45,7 +45,8 @@ def load_layers(repo: Path, name: str, hidden: int, dtype: torch.dtype) -> dict[
     args = (hidden,) if takes_hidden else ()
     eager = torch_cls(*args).to("cuda").to(dtype)
     liger = liger_cls(*args).to("cuda").to(dtype)
-    liger.load_state_dict(eager.state_dict())
+    keys = getattr(test, "STATE_KEYS", {})  # the reference's state-dict keys -> the Liger module's
+    liger.load_state_dict({keys.get(k, k): v for k, v in eager.state_dict().items()})
     return {"liger": liger, "torch": eager, "torch_compile": torch.compile(torch_cls(*args).to("cuda").to(dtype))}
 
 
@@ -77,16 +78,20 @@ def time_modes(layer, x: torch.Tensor, rep: int) -> dict[str, float]:
     return times
 
 
-def measure(repo: Path, name: str, hidden: int, rows: int, rep: int, copy_gbps: float) -> dict:
+def measure(
+    repo: Path, name: str, hidden: int, rows: int, rep: int, copy_gbps: float, providers: tuple = PROVIDERS
+) -> dict:
     dtype = torch.bfloat16
     layers = load_layers(repo, name, hidden, dtype)
     x = torch.randn(rows, hidden, device="cuda", dtype=dtype, requires_grad=True)
     with torch.no_grad():
         torch.testing.assert_close(layers["liger"](x), layers["torch"](x), atol=1e-1, rtol=5e-2)
     result = {"name": name, "rows": rows, "hidden": hidden}
-    for provider in PROVIDERS:
+    for provider in providers:
         result[provider] = time_modes(layers[provider], x, rep)
         x.grad = None
+    if "torch_compile" not in providers:  # an A/B run of two liger versions: no compile column
+        result["torch_compile"] = {mode: float("nan") for mode in (*MODES, "peak_mb")}
     element = x.numel() * x.element_size()
     moved = {"forward": 2 * element, "backward": 3 * element}
     for mode, n_bytes in moved.items():

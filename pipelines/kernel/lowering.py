@@ -7,11 +7,13 @@ Triton program that holds a row (or a flat block of elements):
     (R, C)        ROW     a vector over the program's columns
     (R, 1), (R,)  RSCALAR a scalar per row (the result of a reduction over the last dimension)
     (C,), (1, C)  COL     a vector shared by all rows (a learnable weight or bias)
-    (), (1,)      SCALAR  a constant
+    (), (1,)      SCALAR  a constant, or a scalar parameter / buffer loaded once per program
 
 A sum over dimension 0 is a parameter gradient (COLSUM): the kernel accumulates it across the rows it handles.
-Anything else (another reduction axis, a reshape, an indexing op, an op missing from OPS) raises Unsupported,
-which makes the op tier 3. All arithmetic is done in fp32; an explicit cast to the input's low-precision dtype in
+A sum over every dimension is a scalar parameter's gradient (TOTAL): each program stores its partial sum and one
+more program adds them up, then runs the scalar statements autograd applies after that sum (the EPILOGUE, e.g. a
+softplus backward). Anything else (another reduction axis, a reshape, an indexing op, an op missing from OPS, a
+tensor-sized value computed from a whole-tensor sum) raises Unsupported, which makes the op tier 3. All arithmetic is done in fp32; an explicit cast to the input's low-precision dtype in
 the reference is kept as a rounding step, so casting modes (llama / gemma / none) come out of the graph itself.
 """
 
@@ -60,6 +62,10 @@ class Body:
     loads: list[str] = field(default_factory=list)  # placeholder names in graph order: x, params, dy
     stores: dict[str, str] = field(default_factory=dict)  # output name -> variable (ROW outputs)
     col_sums: dict[str, str] = field(default_factory=dict)  # parameter-gradient name -> ROW variable to accumulate
+    totals: dict[str, str] = field(default_factory=dict)  # whole-tensor sum variable -> ROW variable it sums
+    epilogue: list[Stmt] = field(default_factory=list)  # scalar statements after the totals (one program)
+    scalar_stores: dict[str, str] = field(default_factory=dict)  # scalar-parameter gradient name -> variable
+    epilogue_loads: list[str] = field(default_factory=list)  # placeholders the epilogue reads
     uses_n_cols: bool = False
     row_reductions: int = 0
     ops: set[str] = field(default_factory=set)  # ATen ops used, for the profile
@@ -196,6 +202,8 @@ POINTWISE: dict[object, tuple[str, Builder]] = {
     aten.clamp_min.default: ("clamp", lambda a, lo: _clamp(a, lo, None)),
     aten.clamp_max.default: ("clamp", lambda a, hi: _clamp(a, None, hi)),
     aten.where.self: ("where", lambda c, a, b: f"tl.where({c}, {a}, {b})"),
+    aten.masked_fill.Scalar: ("where", lambda a, m, v: f"tl.where({m}, {v}, {a})"),
+    aten.masked_fill_.Scalar: ("where", lambda a, m, v: f"tl.where({m}, {v}, {a})"),
     aten.gt.Scalar: ("compare", lambda a, b: f"({a} > {b})"),
     aten.gt.Tensor: ("compare", lambda a, b: f"({a} > {b})"),
     aten.ge.Scalar: ("compare", lambda a, b: f"({a} >= {b})"),
@@ -237,6 +245,7 @@ IDENTITY = {
 CASTS = {aten._to_copy.default, torch.ops.prims.convert_element_type.default}
 REDUCTIONS = {
     aten.sum.dim_IntList: ("sum", "0.0", "tl.sum"),
+    aten.sum.default: ("sum", "0.0", "tl.sum"),
     aten.mean.dim: ("mean", "0.0", "tl.sum"),
     aten.amax.default: ("amax", 'float("-inf")', "tl.max"),
     aten.amin.default: ("amin", 'float("inf")', "tl.min"),
@@ -261,6 +270,8 @@ class Lowering:
     kinds: dict[str, Kind] = field(default_factory=dict)
     deps: dict[str, set[str]] = field(default_factory=dict)
     op_of: dict[str, str] = field(default_factory=dict)
+    totals: dict[str, str] = field(default_factory=dict)  # TOTAL node -> the ROW value it sums
+    after_total: set[str] = field(default_factory=set)  # TOTAL nodes and every value computed from one
 
     def run(self) -> list[torch.fx.Node]:
         """Lower every node; returns the graph's output nodes (flattened)."""
@@ -304,6 +315,10 @@ class Lowering:
 
     def _set(self, node: torch.fx.Node, expr: str, label: str, kind: Kind | None = None) -> None:
         self.kinds[node.name] = kind or self._kind_of(node)
+        if any(a.name in self.after_total for a in node.all_input_nodes):
+            if self.kinds[node.name] is not Kind.SCALAR:
+                raise Unsupported(label, "a tensor-sized value needs a whole-tensor sum first (two passes)")
+            self.after_total.add(node.name)
         self.stmts[node.name] = expr
         self.refs[node.name] = node.name
         self.op_of[node.name] = label
@@ -312,6 +327,8 @@ class Lowering:
         self.refs[node.name] = self.refs[source.name]
         colsum = self.kinds[source.name] is Kind.COLSUM
         self.kinds[node.name] = Kind.COLSUM if colsum else self._kind_of(node)
+        if source.name in self.after_total:
+            self.after_total.add(node.name)
 
     def _cast(self, node: torch.fx.Node) -> None:
         dtype = node.kwargs.get("dtype", node.args[1] if len(node.args) > 1 else None)
@@ -336,7 +353,8 @@ class Lowering:
         if src_kind is Kind.COLSUM:
             raise Unsupported(label, "a reduction of a parameter gradient")
         if ndim == 2 and dims == [1] and src_kind in (Kind.ROW, Kind.COL):
-            value = f"{fn}(tl.where(mask, {self._arg(source)}, {neutral}), axis=0)"
+            # keep_dims: a (rows, 1) column in a forward program that holds several rows, a (1,) block in a one-row loop
+            value = f"{fn}(tl.where(mask, {self._arg(source)}, {neutral}), axis=-1, keep_dims=True)"
             if label == "mean":
                 value = f"{value} / n_cols"
             return self._set(node, value, f"row {label}", Kind.RSCALAR)
@@ -344,6 +362,13 @@ class Lowering:
             # a parameter's gradient: the backward kernel accumulates it over the rows it handles
             self.refs[node.name] = self._arg(source)
             self.kinds[node.name] = Kind.COLSUM
+            return
+        if label == "sum" and dims == list(range(ndim)) and src_kind is Kind.ROW:
+            # a scalar parameter's gradient: partial sums per program, added up by one more program
+            self.totals[node.name] = self._arg(source)
+            self.refs[node.name] = node.name
+            self.kinds[node.name] = Kind.SCALAR
+            self.after_total.add(node.name)
             return
         raise Unsupported(label, f"reduces dimensions {dims} of a {ndim}-D value; only the last dimension is row-wise")
 
@@ -388,31 +413,57 @@ class Lowering:
         raise Unsupported(_op_name(node.target), f"produces shape {tuple(shape)}: not a row, a row scalar or a weight")
 
     def body(self, outputs: dict[str, torch.fx.Node]) -> Body:
-        """The statements the named outputs need, in graph order: the backward recomputes what forward did."""
-        needed: set[str] = set()
-        stack = [n.name for n in outputs.values()]
-        while stack:
-            name = stack.pop()
-            if name not in needed:
-                needed.add(name)
-                stack.extend(self.deps.get(name, ()))
+        """The statements the named outputs need, in graph order: the backward recomputes what forward did.
+
+        Outputs computed from a whole-tensor sum go to the epilogue; the main statements end at the summed values.
+        """
+        late = {k: n for k, n in outputs.items() if n.name in self.after_total}
+        early = {k: n for k, n in outputs.items() if k not in late}
+        epilogue = self._closure([n.name for n in late.values()], stop=set(self.totals))
+        totals = [name for name in self.totals if name in epilogue]
+        sources = {t: self.totals[t] for t in totals}
+        needed = self._closure([n.name for n in early.values()] + [self._source_node(t) for t in totals], set())
         body = Body()
         for node in self.graph.nodes:
-            if node.name not in needed:
-                continue
-            if node.op == "placeholder":
+            if node.op == "placeholder" and node.name in needed:
                 body.loads.append(self.refs[node.name])
-            elif node.name in self.stmts:
+            if node.op == "placeholder" and node.name in epilogue:
+                body.epilogue_loads.append(self.refs[node.name])
+            elif node.name in self.stmts and node.name in needed:
                 body.stmts.append(Stmt(node.name, self.stmts[node.name]))
                 body.ops.add(self.op_of[node.name])
                 body.row_reductions += self.kinds[node.name] is Kind.RSCALAR and self.op_of[node.name].startswith("row")
+            if node.name in self.stmts and node.name in epilogue and node.name not in self.totals:
+                body.epilogue.append(Stmt(node.name, self.stmts[node.name]))
+                body.ops.add(self.op_of[node.name])
         body.uses_n_cols = any("n_cols" in s.expr for s in body.stmts)
-        for out_name, node in outputs.items():
+        body.totals = sources
+        for out_name, node in early.items():
             if self.kinds[node.name] is Kind.COLSUM:
                 body.col_sums[out_name] = self.refs[node.name]
             else:
                 body.stores[out_name] = _without_final_round(body, self.refs[node.name])
+        for out_name, node in late.items():
+            body.scalar_stores[out_name] = self.refs[node.name]
         return body
+
+    def _closure(self, roots: list[str], stop: set[str]) -> set[str]:
+        """Every node the roots depend on; the walk does not go past `stop` nodes (kept themselves)."""
+        seen: set[str] = set()
+        stack = list(roots)
+        while stack:
+            name = stack.pop()
+            if name in seen:
+                continue
+            seen.add(name)
+            if name not in stop:
+                stack.extend(self.deps.get(name, ()))
+        return seen
+
+    def _source_node(self, total: str) -> str:
+        """The node whose value a TOTAL sums (its only tensor input)."""
+        (source,) = self.deps[total]
+        return source
 
 
 def _without_final_round(body: Body, var: str) -> str:

@@ -65,6 +65,10 @@ def _formula(body, output: str) -> str:
     if body is None:
         return ""
     lines = [f"{s.var} = {s.expr}" for s in body.stmts]
+    if output in body.scalar_stores:
+        sums = [f"{t} = sum over all elements of {src}" for t, src in body.totals.items()]
+        after = [f"{s.var} = {s.expr}" for s in body.epilogue]
+        return "; ".join(lines + sums + after + [f"{output} = {body.scalar_stores[output]}"])
     var = body.stores.get(output) or body.col_sums.get(output, "")
     tail = f"{output} = {var}" if output in body.stores else f"{output} = sum over rows of {var}"
     return "; ".join(lines + [tail])
@@ -72,11 +76,13 @@ def _formula(body, output: str) -> str:
 
 def build(u: Understanding) -> KernelProfile:
     name = u.spec.name
-    weights = [w for w, _ in u.weights]
+    weights = [w.name for w in u.weights]
+    columns = [w.name for w in u.weights if not w.scalar]
     elementwise = u.tier == Tier.ELEMENTWISE
     ops = sorted(set().union(*(b.ops for b in (u.forward, u.backward) if b)))
     sensitive = sorted({op for op in ops if op.split()[-1] in PRECISION_SENSITIVE})
-    grads = {"dX": _formula(u.backward, "dX")} | {f"d{w}": _formula(u.backward, f"d{w}") for w in weights}
+    learnable = [w.name for w in u.weights if w.learnable]
+    grads = {"dX": _formula(u.backward, "dX")} | {f"d{w}": _formula(u.backward, f"d{w}") for w in learnable}
     floats = [{"name": p.name, "type": "float", "default": p.default} for p in u.reference.float_params]
     return KernelProfile(
         operation_name=name,
@@ -87,7 +93,7 @@ def build(u: Understanding) -> KernelProfile:
         tier_description=TIER_NAMES[u.tier],
         closest_existing_kernel="relu_squared (flat grid variant)" if elementwise else "rms_norm",
         forward_inputs=[{"name": "X", "shape": "(..., H)", "dtype": "input dtype"}]
-        + [{"name": w, "shape": "(H,)", "dtype": "input dtype"} for w in weights],
+        + [{"name": w.name, "shape": "(1,)" if w.scalar else "(H,)", "dtype": "input dtype"} for w in u.weights],
         forward_outputs=[
             {"name": "Y", "shape": "(..., H)", "dtype": "float32" if u.output_dtype == "float32" else "same as input"}
         ],
@@ -103,17 +109,21 @@ def build(u: Understanding) -> KernelProfile:
         else "forward: one program per row; backward: "
         + (
             "min(SM count, rows) programs, each looping over its rows and accumulating dW"
-            if weights
+            if columns
             else "one program per row"
         ),
         block_size_source=f"custom: BLOCK_SIZE={ELEMENTWISE_BLOCK}, num_warps={ELEMENTWISE_WARPS} (bandwidth-bound flat grid)"
         if elementwise
         else "calculate_settings(n_cols)",
-        needs_sm_parallelism=bool(weights),
-        module_init_params=([{"name": "hidden_size", "type": "int"}] if weights else [])
+        needs_sm_parallelism=bool(columns),
+        module_init_params=([{"name": "hidden_size", "type": "int"}] if u.reference.has_weights else [])
         + floats
         + [{"name": "in_place", "type": "bool", "default": True}],
-        learnable_params=[{"name": w, "shape": "(hidden_size,)", "init": init} for w, init in u.weights],
+        learnable_params=[
+            {"name": w.name, "shape": str(w.shape) if w.scalar else "(hidden_size,)", "init": w.init}
+            for w in u.weights
+            if w.learnable
+        ],
         benchmark_variable="BT",
         benchmark_x_label="total tokens",
         benchmark_x_values_suggestion=[1024, 2048, 4096, 8192, 16384],

@@ -23,6 +23,7 @@ from pipelines.kernel.lowering import Lowering
 from pipelines.kernel.lowering import Unsupported
 from pipelines.kernel.reference import ReferenceCode
 from pipelines.kernel.spec import Spec
+from pipelines.kernel.spec import SpecKind
 from pipelines.outcome import PipelineError
 
 aten = torch.ops.aten
@@ -75,6 +76,24 @@ class Tier:
 TIER_NAMES = {1: "element-wise", 2: "reduction", 3: "fused/complex"}
 
 
+@dataclass(frozen=True)
+class Weight:
+    """A tensor the reference holds: a learnable parameter, or a buffer the kernel reads as a runtime constant."""
+
+    name: str  # the kernel's variable (and the Liger module's attribute)
+    state_key: str  # the reference module's state-dict key
+    scalar: bool  # one element, loaded once per program; else one value per column (hidden,)
+    shape: tuple[int, ...]  # the reference's shape of a scalar: () or (1,)
+    init: str  # "ones" | "zeros" for columns; the reference's value (a float literal) for scalars
+    learnable: bool  # a parameter (the backward computes its gradient) or a buffer
+
+    def init_expr(self) -> str:
+        """The Liger module's initial value, as torch source (hidden_size in scope for columns)."""
+        if self.scalar:
+            return f"torch.full({self.shape!r}, {self.init})"
+        return f"torch.{self.init}(hidden_size)"
+
+
 @dataclass
 class Understanding:
     spec: Spec
@@ -82,7 +101,7 @@ class Understanding:
     tier: int
     forward: Body | None
     backward: Body | None
-    weights: list[tuple[str, str]]  # (parameter name, init)
+    weights: list[Weight]  # parameters then buffers, in the kernel's argument order
     runtime_floats: list[str]  # float parameters the kernel takes at run time
     output_dtype: str  # "input" or "float32"
     refusal: str = ""  # why tier 3, and what would be needed
@@ -93,10 +112,9 @@ def understand(spec: Spec, repo) -> Understanding:
     ref = reference_mod.build(spec, repo)
     cls = reference_mod.load_class(ref)
     module = _instantiate(cls, ref, PROBE_SHAPE[1], sentinels=False)
-    weights = _weights(module, ref)
+    weights = _weights(module, ref, spec)
     output_dtype = _probe(module, ref, spec)
-    traced = _trace(cls, ref, spec)
-    graph, sentinels, placeholders, outputs, weight_names = traced
+    graph, sentinels, placeholders = _trace(cls, ref, spec, weights)
     val = next(n for n in graph.graph.nodes if n.op == "placeholder").meta["val"]
     rows, cols = val.shape
     lowering = Lowering(graph.graph, rows, cols, torch.bfloat16, sentinels, placeholders)
@@ -104,22 +122,33 @@ def understand(spec: Spec, repo) -> Understanding:
     try:
         out_nodes = lowering.run()
         forward = lowering.body({"Y": out_nodes[0]})
+        learnable = [w.name for w in weights if w.learnable]
         grads = {"dX": out_nodes[1]} | {
-            f"d{w}": n for w, n in zip(weight_names, out_nodes[2:], strict=True) if n is not None
+            f"d{w}": n for w, n in zip(learnable, out_nodes[2:], strict=True) if n is not None
         }
         backward = lowering.body(grads)
     except Unsupported as exc:
         return Understanding(spec, ref, Tier.COMPLEX, None, None, weights, [], output_dtype, _refusal(exc), graph_code)
-    runtime = [p.name for p in ref.float_params if any(p.name in s.expr for s in forward.stmts + backward.stmts)]
-    tier = (
-        Tier.ELEMENTWISE if not weights and not forward.row_reductions and not backward.row_reductions else Tier.ROWWISE
-    )
+    statements = forward.stmts + backward.stmts + backward.epilogue
+    runtime = [p.name for p in ref.float_params if any(p.name in s.expr for s in statements)]
+    columns = any(not w.scalar for w in weights)
+    reduces = forward.row_reductions or backward.row_reductions
+    tier = Tier.ELEMENTWISE if not columns and not reduces else Tier.ROWWISE
+    if tier == Tier.ROWWISE and any(w.scalar for w in weights):
+        reason = (
+            "one-element parameters or buffers in a row-wise op (the row-wise template loads (hidden,) weights only)"
+        )
+        return Understanding(spec, ref, Tier.COMPLEX, None, None, weights, [], output_dtype, _refusal_text(reason), "")
     return Understanding(spec, ref, tier, forward, backward, weights, runtime, output_dtype, "", graph_code)
 
 
 def _refusal(exc: Unsupported) -> str:
+    return _refusal_text(f"the traced graph needs `{exc.op}` ({exc.reason})")
+
+
+def _refusal_text(reason: str) -> str:
     return (
-        f"tier 3: the traced graph needs `{exc.op}` ({exc.reason}). The default engine writes element-wise kernels "
+        f"tier 3: {reason}. The default engine writes element-wise kernels "
         "and row-wise reductions over the last dimension (with optional weight/bias of shape (hidden,)). "
         "This op would need a hand-designed tiling (multi-pass or cross-row reduction, matmul, indexing): "
         "write it with the liger-kernel-dev skill's tier-3 template (cross_entropy.py is the closest pattern)."
@@ -135,20 +164,27 @@ def _instantiate(cls, ref: ReferenceCode, hidden: int, sentinels: bool) -> torch
         return cls(*args, **kwargs)
 
 
-def _weights(module: torch.nn.Module, ref: ReferenceCode) -> list[tuple[str, str]]:
-    if list(module.buffers()):
-        names = ", ".join(n for n, _ in module.named_buffers())
-        raise PipelineError(
-            f"the reference holds buffers ({names}); the kernel engine handles learnable weights and constants only",
-            hint="turn the buffers into Python constants or function arguments",
-        )
+def _weights(module: torch.nn.Module, ref: ReferenceCode, spec: Spec) -> list[Weight]:
+    """Parameters (learnable) then buffers (runtime constants); each one element or one value per column."""
     known = dict(ref.weights)
+    hidden = PROBE_SHAPE[1]
     out = []
-    for name, param in module.named_parameters():
-        init = known.get(name)
-        if init is None:
-            init = "zeros" if bool((param == 0).all()) else "ones"
-        out.append((name, init))
+    tensors = [(n, t, True) for n, t in module.named_parameters()] + [(n, t, False) for n, t in module.named_buffers()]
+    for key, tensor, learnable in tensors:
+        if tensor.numel() != 1 and tuple(tensor.shape) != (hidden,):
+            kind = "parameter" if learnable else "buffer"
+            raise PipelineError(
+                f"the reference's {kind} {key} has shape {tuple(tensor.shape)}; the kernel engine handles tensors of "
+                "one element or of shape (hidden,)",
+                hint="a weight of another shape needs a hand-designed kernel (liger-kernel-dev skill, tier 3)",
+            )
+        name = _short(key.removeprefix("act.") if spec.kind == SpecKind.ACTIVATION else key)
+        if tensor.numel() == 1:
+            value = float(tensor.detach().float().reshape(-1)[0])
+            out.append(Weight(name, key, True, tuple(tensor.shape), repr(value), learnable))
+            continue
+        init = known.get(key) or ("zeros" if bool((tensor == 0).all()) else "ones")
+        out.append(Weight(name, key, False, (), init, learnable))
     return out
 
 
@@ -196,31 +232,33 @@ def _probe(module: torch.nn.Module, ref: ReferenceCode, spec: Spec) -> str:
     return "input" if y16.dtype == torch.bfloat16 else "float32"
 
 
-def _trace(cls, ref: ReferenceCode, spec: Spec):
+def _trace(cls, ref: ReferenceCode, spec: Spec, weights: list[Weight]):
     module = _instantiate(cls, ref, TRACE_SHAPE[1], sentinels=True).to(torch.bfloat16)
-    names = [n for n, _ in module.named_parameters()]
+    state = dict(module.named_parameters()) | dict(module.named_buffers())
+    keys = [w.state_key for w in weights]
+    n_params = sum(w.learnable for w in weights)
     sentinels = {SENTINEL_BASE * (i + 1): p.name for i, p in enumerate(ref.float_params)}
 
     def joint(x, *rest):
-        *params, dy = rest
+        *tensors, dy = rest
         x = x.detach().requires_grad_(True)
-        params = [p.detach().requires_grad_(True) for p in params]
+        params = [t.detach().requires_grad_(True) for t in tensors[:n_params]]
         with torch.enable_grad():
-            y = torch.func.functional_call(module, dict(zip(names, params, strict=True)), (x,))
+            y = torch.func.functional_call(module, dict(zip(keys, params + tensors[n_params:], strict=True)), (x,))
             grads = torch.autograd.grad(y, [x, *params], dy, allow_unused=True)
         return (y, *grads)
 
     decompositions = core_aten_decompositions() | get_decompositions(EXTRA_DECOMPOSITIONS)
     example = [torch.randn(*TRACE_SHAPE, dtype=torch.bfloat16)]
-    example += [p.detach().clone() for p in module.parameters()] + [torch.randn(*TRACE_SHAPE, dtype=torch.bfloat16)]
+    example += [state[k].detach().clone() for k in keys] + [torch.randn(*TRACE_SHAPE, dtype=torch.bfloat16)]
     try:
         with reference_mod._target_on_path(ref.repo):
             graph = make_fx(joint, tracing_mode="symbolic", decomposition_table=decompositions)(*example)
     except Exception as exc:
         raise _trace_error(exc, spec) from exc
     placeholders = [n.name for n in graph.graph.nodes if n.op == "placeholder"]
-    kernel_names = ["x"] + [_short(n) for n in names] + ["dy"]
-    return graph, sentinels, dict(zip(placeholders, kernel_names, strict=True)), None, names
+    kernel_names = ["x"] + [w.name for w in weights] + ["dy"]
+    return graph, sentinels, dict(zip(placeholders, kernel_names, strict=True))
 
 
 def _short(param_name: str) -> str:

@@ -55,6 +55,31 @@ def test_relu2_end_to_end(liger_checkout, tmp_path):
 
 
 @pytest.mark.slow
+def test_xielu_with_learnable_scalars_and_buffers_end_to_end(liger_checkout, tmp_path):
+    run = pipeline.run("xielu", liger_checkout.root, out_dir=tmp_path, progress=lambda _: None)
+    statuses = _statuses(run)
+    assert statuses["checkstyle"] is GateStatus.PASS, run.gates
+    assert statuses["unit tests (CPU, TRITON_INTERPRET=1)"] is GateStatus.PASS, run.gates
+    module = liger_checkout.path("src/liger_kernel/transformers/xielu.py").read_text()
+    assert "self.alpha_p = nn.Parameter(torch.full((1,)," in module
+    assert 'self.register_buffer("beta", torch.full((), 0.5))' in module
+    ops = liger_checkout.path("src/liger_kernel/ops/xielu.py").read_text()
+    assert "_xielu_scalar_grads_kernel" in ops
+
+
+def test_tier_3_is_refused_and_the_target_untouched(liger_checkout):
+    op = liger_checkout.root.parent / "centered.py"
+    op.write_text("import torch\n\n\ndef centered(x):\n    return x - x.mean(0, keepdim=True)\n")
+    head = liger_checkout.git.head()
+    err = io.StringIO()
+    status = program(["kernel", f"{op}:centered", "--repo", str(liger_checkout.root)], {}, out=io.StringIO(), err=err)
+    assert status is ExitStatus.REFUSED
+    assert "tier 3" in err.getvalue() and "only the last dimension is row-wise" in err.getvalue()
+    assert liger_checkout.git.head() == head
+    assert liger_checkout.git.dirty_paths() == []
+
+
+@pytest.mark.slow
 def test_rowwise_norm_from_a_repo_file(liger_checkout, tmp_path):
     # the Gemma RMSNorm of the target's test_rms_norm.py (offset 1, fp32 compute), committed as a repo file:
     # importing that test module inside this pytest run trips our --strict-markers on its flaky marks
@@ -95,7 +120,7 @@ def test_every_kernel_template_renders_and_parses(liger_checkout):
         (["does_not_exist"], "not a transformers activation"),
         (["relu2", "--name", "relu_squared"], "exists already"),
         (["relu2", "--name", "Bad-Name"], "not a valid kernel name"),
-        (["prelu"], "tier 3"),
+        (["src/liger_kernel/ops/utils.py:calculate_settings"], "fails on a"),
     ],
 )
 def test_bad_input_is_refused_and_the_target_untouched(liger_checkout, argv, message):

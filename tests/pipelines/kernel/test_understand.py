@@ -32,9 +32,59 @@ def test_norm_with_weight_is_rowwise_with_runtime_eps_and_a_weight_gradient(tmp_
     )
     assert u.tier == Tier.ROWWISE
     assert u.runtime_floats == ["eps"]
-    assert u.weights == [("weight", "ones")]
+    assert [(w.name, w.init, w.scalar, w.learnable) for w in u.weights] == [("weight", "ones", False, True)]
     assert "dweight" in u.backward.col_sums
     assert any("n_cols" in s.expr for s in u.forward.stmts)  # the mean divides by the runtime width
+
+
+def test_prelu_scalar_weight_gradient_is_a_whole_tensor_sum(tmp_path):
+    u = understand.understand(spec.resolve("prelu", tmp_path), tmp_path)
+    assert u.tier == Tier.ELEMENTWISE
+    (weight,) = u.weights
+    assert (weight.name, weight.state_key, weight.shape, weight.init, weight.learnable) == (
+        "weight",
+        "act.weight",
+        (1,),
+        "0.25",
+        True,
+    )
+    assert "weight" in u.forward.loads
+    (source,) = u.backward.totals.values()  # x * dy where x <= 0, summed over every element
+    assert u.backward.scalar_stores == {"dweight": next(iter(u.backward.totals))}
+    assert source in {s.var for s in u.backward.stmts}
+    assert u.backward.epilogue == []
+
+
+def test_xielu_buffers_are_runtime_scalars_and_softplus_backward_runs_after_the_sum(tmp_path):
+    u = understand.understand(spec.resolve("xielu", tmp_path), tmp_path)
+    assert u.tier == Tier.ELEMENTWISE
+    assert [(w.name, w.learnable) for w in u.weights] == [
+        ("alpha_p", True),
+        ("alpha_n", True),
+        ("beta", False),
+        ("eps", False),
+    ]
+    assert set(u.backward.scalar_stores) == {"dalpha_p", "dalpha_n"}  # buffers get no gradient
+    assert len(u.backward.totals) == 2
+    epilogue = " ".join(s.expr for s in u.backward.epilogue)
+    assert "tl.exp(" in epilogue and all(t in epilogue for t in u.backward.totals)
+    assert set(u.backward.epilogue_loads) == {"alpha_p", "alpha_n"}
+
+
+def test_a_whole_tensor_sum_feeding_an_elementwise_value_is_tier_3(tmp_path):
+    u = _understand_source(tmp_path, "def f(x):\n    return x * x.sum()\n", "f")
+    assert u.tier == Tier.COMPLEX
+    assert "whole-tensor sum first" in u.refusal
+
+
+def test_a_buffer_of_another_shape_is_refused(tmp_path):
+    source = (
+        "class Shifted(torch.nn.Module):\n    def __init__(self):\n        super().__init__()\n"
+        "        self.register_buffer('table', torch.zeros(3, 3))\n\n"
+        "    def forward(self, x):\n        return x * 2 + self.table.sum()\n"
+    )
+    with pytest.raises(PipelineError, match=r"buffer table has shape \(3, 3\)"):
+        _understand_source(tmp_path, source, "Shifted")
 
 
 def test_cross_row_reduction_is_tier_3_with_the_reason(tmp_path):

@@ -1,8 +1,10 @@
 """The `/liger` command grammar: pure functions from comment text to commands, and the verb registry.
 
-A later pipeline plugs in by adding one row to VERBS (verb -> pipeline, required permission, help line) and a
-runner to `bot.worker.RUNNERS`; `/liger help` is rendered from this table. Text inside fenced or indented code
-blocks, inline code and `>` quotes is never a command (people quote commands when they explain them).
+A later pipeline plugs in by adding one row to VERBS (verb -> pipeline, required permission, help line) and an
+adapter to `bot.adapters.PIPELINES`; `/liger help` is rendered from this table. What a verb's target may be (a
+model name, a kernel spec, a model file) is a row of TARGETS, checked before anything becomes a path. Text inside
+fenced or indented code blocks, inline code and `>` quotes is never a command (people quote commands when they
+explain them).
 """
 
 from __future__ import annotations
@@ -16,12 +18,19 @@ from bot.forge.base import Permission
 PREFIX = "/liger"
 MAX_COMMANDS_PER_COMMENT = 5
 MAX_TARGET_LENGTH = 80
+MAX_PATH_SPEC_LENGTH = 100  # the job row keeps 100 characters of target
 MAX_SETTING_LENGTH = 300
 
 # A model is named by model_type, class or display name: letters, digits, '.', '_' and '-' only, so a name can
 # never become a path outside its folder or a shell word.
 _TARGET_RE = re.compile(r"^[A-Za-z][A-Za-z0-9._-]*$")
 _SETTING_RE = re.compile(r"^[a-z][a-z0-9_]*=.+$", re.DOTALL)
+# `path/in/repo.py[:name]`, relative, every segment starting with a letter, digit or '_' (no `..`, no `/abs`, no `-x`)
+_PATH_SPEC_RE = re.compile(
+    r"^(?P<path>[A-Za-z0-9_][A-Za-z0-9_.-]*(?:/[A-Za-z0-9_][A-Za-z0-9_.-]*)*\.py)"
+    r"(?::(?P<name>[A-Za-z_][A-Za-z0-9_]*(?:\.[A-Za-z_][A-Za-z0-9_]*)*))?$"
+)
+_SNAKE_RE = re.compile(r"^[a-z][a-z0-9_]{0,47}$")
 _FENCE_RE = re.compile(r"^\s{0,3}(`{3,}|~{3,})")
 _INLINE_CODE_RE = re.compile(r"(`+).*?\1")
 _HTML_COMMENT_RE = re.compile(r"<!--.*?-->", re.DOTALL)
@@ -34,8 +43,13 @@ class Verb:
     help: str
     permission: Permission
     pipeline: str | None = None  # the job kind it starts; None: it acts on the thread's current job
-    takes_target: bool = False
+    target: str | None = None  # the kind of its one positional argument, a key of TARGETS; None: takes none
     takes_settings: bool = False  # accepts field=value settings (as `--set f=v` or bare for `set`)
+    options: tuple[str, ...] = ()  # named `--option VALUE`s it accepts, keys of OPTIONS
+
+    @property
+    def takes_target(self) -> bool:
+        return self.target is not None
 
 
 VERBS: dict[str, Verb] = {
@@ -48,8 +62,27 @@ VERBS: dict[str, Verb] = {
             "profile MODEL, then (after `/liger approve`) patch it into the target, verify it and open a draft PR",
             Permission.WRITE,
             pipeline="autopatch",
-            takes_target=True,
+            target="model",
             takes_settings=True,
+        ),
+        Verb(
+            "kernel",
+            "SPEC [--name NAME]",
+            "turn a PyTorch op (a transformers activation such as `relu2`, or `path/in/repo.py:function`) into a "
+            "Triton kernel with its module, tests and benchmark; verify it and open a draft PR",
+            Permission.WRITE,
+            pipeline="kernel",
+            target="kernel spec",
+            options=("name",),
+        ),
+        Verb(
+            "fuse",
+            "path/in/repo.py:Factory",
+            "trace the model `Factory()` returns and write a torch.compile pass for its largest unmatched chain of "
+            "ops; verify it against eager and open a draft PR",
+            Permission.WRITE,
+            pipeline="fuse",
+            target="model file",
         ),
         Verb("approve", "", "continue the job waiting at its checkpoint in this thread", Permission.WRITE),
         Verb(
@@ -78,19 +111,27 @@ class Command:
     verb: str
     target: str | None = None
     settings: tuple[str, ...] = ()  # "field=value", syntax-checked; the pipeline checks names and values
+    options: tuple[tuple[str, str], ...] = ()  # (name, value) of `--name VALUE`, checked by OPTIONS
 
     @property
     def spec(self) -> Verb:
         return VERBS[self.verb]
 
     def text(self) -> str:
-        parts = [PREFIX, self.verb] + ([self.target] if self.target else [])
-        if self.verb == "set":
-            parts += [shlex.quote(s) for s in self.settings]
-        else:
-            for setting in self.settings:
-                parts += ["--set", shlex.quote(setting)]
-        return " ".join(parts)
+        return command_text(self.verb, self.target, self.settings, dict(self.options))
+
+
+def command_text(verb: str, target: str | None, settings=(), options: dict | None = None) -> str:
+    """The `/liger ...` line that asks for this again (help, retry hints, the status comment)."""
+    parts = [PREFIX, verb] + ([target] if target else [])
+    if verb == "set":
+        parts += [shlex.quote(s) for s in settings]
+    else:
+        for setting in settings:
+            parts += ["--set", shlex.quote(setting)]
+    for name, value in (options or {}).items():
+        parts += [f"--{name}", shlex.quote(value)]
+    return " ".join(parts)
 
 
 class CommandError(ValueError):
@@ -134,6 +175,53 @@ def validate_target(target: str) -> str:
     return target
 
 
+def validate_path_spec(text: str, name_required: bool = False) -> str:
+    """`path/in/repo.py[:name]`: relative to the target repository and never leaving it; the worker checks again
+    that the file is inside the checkout before any pipeline reads it."""
+    found = _PATH_SPEC_RE.match(text) if len(text) <= MAX_PATH_SPEC_LENGTH else None
+    if found is None or ".." in text or (name_required and not found.group("name")):
+        usage = "path/in/repo.py:Factory" if name_required else "path/in/repo.py:function"
+        raise CommandError(
+            f"`{_shown(text)}` is not `{usage}`: a .py file inside the repository (relative, no `..`, at most "
+            f"{MAX_PATH_SPEC_LENGTH} characters){'' if name_required else ', or an activation name such as `relu2`'}"
+        )
+    return text
+
+
+def validate_kernel_spec(text: str) -> str:
+    """A transformers activation name (`relu2`, `gelu_pytorch_tanh`) or `path/in/repo.py[:function]`."""
+    if ":" in text or text.endswith(".py"):
+        return validate_path_spec(text)
+    if not _SNAKE_RE.match(text):
+        raise CommandError(
+            f"`{_shown(text)}` is not a kernel spec: an activation name (lowercase letters, digits, `_`, e.g. "
+            "`relu2`) or `path/in/repo.py:function`"
+        )
+    return text
+
+
+def validate_model_file(text: str) -> str:
+    return validate_path_spec(text, name_required=True)
+
+
+def validate_kernel_name(text: str) -> str:
+    if not _SNAKE_RE.match(text):
+        raise CommandError(f"`{_shown(text)}` is not a kernel name: snake_case, e.g. `--name relu_squared`")
+    return text
+
+
+# target kind -> validator; a validator returns the text unchanged or raises CommandError with the reply
+TARGETS = {
+    "model": validate_target,
+    "kernel spec": validate_kernel_spec,
+    "model file": validate_model_file,
+}
+# option -> validator of its value
+OPTIONS = {
+    "name": validate_kernel_name,
+}
+
+
 def _setting(text: str) -> str:
     if len(text) > MAX_SETTING_LENGTH or not _SETTING_RE.match(text):
         raise CommandError(f"`{_shown(text)}` is not field=value (for example `rms_offset=1.0`)")
@@ -155,30 +243,36 @@ def parse_line(line: str) -> Command:
     target = None
     if verb.takes_target:
         if not args or args[0].startswith("--"):
-            raise CommandError(f"`/liger {verb.name}` needs a model: `/liger {verb.name} {verb.usage}`")
-        target, args = validate_target(args[0]), args[1:]
-    settings = _settings(verb, args)
+            noun = "a model" if verb.target == "model" else f"a {verb.target}"
+            raise CommandError(f"`/liger {verb.name}` needs {noun}: `/liger {verb.name} {verb.usage}`")
+        target, args = TARGETS[verb.target](args[0]), args[1:]
+    settings, options = _arguments(verb, args)
     if verb.name == "set" and not settings:
         raise CommandError("`/liger set` needs at least one field=value, e.g. `/liger set rms_offset=1.0`")
-    return Command(verb.name, target, settings)
+    return Command(verb.name, target, settings, options)
 
 
-def _settings(verb: Verb, args: list[str]) -> tuple[str, ...]:
+def _arguments(verb: Verb, args: list[str]) -> tuple[tuple[str, ...], tuple[tuple[str, str], ...]]:
+    """(settings, options) from the words after the target: `--set f=v`, `--set=f=v`, `--name N`, `--name=N`."""
     if verb.name == "set":
-        return tuple(_setting(arg) for arg in args)
+        return tuple(_setting(arg) for arg in args), ()
     settings: list[str] = []
+    options: dict[str, str] = {}
     rest = iter(args)
     for arg in rest:
-        if arg == "--set" and verb.takes_settings:
-            value = next(rest, None)
-            if value is None:
-                raise CommandError("`--set` needs field=value after it")
-            settings.append(_setting(value))
-        elif arg.startswith("--set=") and verb.takes_settings:
-            settings.append(_setting(arg[len("--set=") :]))
-        else:
+        flag, equals, inline = arg.partition("=")
+        name = flag[2:] if flag.startswith("--") else ""
+        accepted = (name == "set" and verb.takes_settings) or name in verb.options
+        if not accepted:
             raise CommandError(f"`/liger {verb.name}` does not take `{_shown(arg)}`: `/liger {verb.name} {verb.usage}`")
-    return tuple(settings)
+        value = inline if equals else next(rest, None)
+        if value is None:
+            raise CommandError(f"`--{name}` needs {'field=value' if name == 'set' else 'a value'} after it")
+        if name == "set":
+            settings.append(_setting(value))
+        else:
+            options[name] = OPTIONS[name](value)
+    return tuple(settings), tuple(options.items())
 
 
 def parse_comment(body: str) -> list[Command | CommandError]:

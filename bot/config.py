@@ -102,6 +102,19 @@ def load_config(env: Mapping[str, str] = os.environ, require_secret: bool = True
     )
 
 
+# What the worker must not hand to the processes it starts: verify gates run the target repository's code.
+SECRET_VARIABLES = ("PRIVATE_KEY", "WEBHOOK_SECRET", "DATABASE_URL", "REDIS_URL")
+
+
+def hide_secrets_from_children(environ) -> list[str]:
+    """Drop the App's secrets from `environ` (os.environ in the worker) once the config holds them; returns their
+    names. Subprocesses inherit the environment, and a test suite of the target can print it."""
+    hidden = [name for name in SECRET_VARIABLES if name in environ]
+    for name in hidden:
+        del environ[name]
+    return hidden
+
+
 def configure_logging(config: AppConfig) -> None:
     logging.basicConfig(level=config.log_level, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
     # one access-log line per delivery only when debugging (probot logs requests at debug too)

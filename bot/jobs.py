@@ -42,7 +42,7 @@ class JobState(str, enum.Enum):
     ACTING = "acting"
     VERIFYING = "verifying"
     PR_OPENED = "pr_opened"
-    DONE = "done"  # a job that opens no PR (scan) finished
+    DONE = "done"  # a job that opens no PR finished (scan; a fuse with nothing left to fuse)
     FAILED = "failed"
     CANCELLED = "cancelled"
 
@@ -61,7 +61,7 @@ TERMINAL = frozenset({JobState.PR_OPENED, JobState.DONE, JobState.FAILED, JobSta
 # pr_opened -> acting is the revise loop: `/liger set` on the bot's PR re-runs act and verify.
 TRANSITIONS: dict[JobState, frozenset[JobState]] = {
     JobState.QUEUED: frozenset({JobState.UNDERSTANDING, JobState.ACTING}),
-    JobState.UNDERSTANDING: frozenset({JobState.AWAITING_APPROVAL, JobState.ACTING}),
+    JobState.UNDERSTANDING: frozenset({JobState.AWAITING_APPROVAL, JobState.ACTING, JobState.DONE}),
     JobState.AWAITING_APPROVAL: frozenset({JobState.AWAITING_APPROVAL, JobState.ACTING}),
     JobState.ACTING: frozenset({JobState.VERIFYING, JobState.DONE}),
     JobState.VERIFYING: frozenset({JobState.PR_OPENED}),
@@ -102,6 +102,7 @@ class Job(Base):
     verb: Mapped[str] = mapped_column(String(32))
     target: Mapped[str] = mapped_column(String(100), default="")
     overrides: Mapped[list] = mapped_column(JSON, default=list)  # ["field=value", ...] in the order given
+    options: Mapped[dict] = mapped_column(JSON, default=dict)  # the verb's named options, e.g. {"name": "relu_sq"}
     state: Mapped[str] = mapped_column(String(32), default=JobState.QUEUED.value)
     active_key: Mapped[str | None] = mapped_column(String(300), unique=True, nullable=True)
     scope: Mapped[str] = mapped_column(String(100), default="")  # dashboard jobs: one active per model

@@ -42,6 +42,7 @@ class VerifyRequest:
     pipeline: str
     target: str
     job_id: str
+    settings: tuple[str, ...] = ()  # the job's `field=value` overrides, applied again on the runner
 
 
 @dataclass(frozen=True)
@@ -115,6 +116,7 @@ class ActionsRunner(Runner):
             "pipeline": request.pipeline,
             "target": request.target,
             "runner_labels": json.dumps(list(self.labels)),
+            "settings": json.dumps(list(request.settings)),
         }
         self.forge.dispatch_workflow(request.repo, self.workflow, request.branch, inputs)
         return Dispatched(self.workflow, request.branch)

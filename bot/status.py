@@ -44,13 +44,11 @@ def _cell(value) -> str:
     return text.replace("|", "\\|").replace("\n", " ")[:120]
 
 
-def profile_table(profile: dict) -> str:
-    rows = ["| decision | value | settled by | status |", "|---|---|---|---|"]
-    for key, decision in (profile.get("decisions") or {}).items():
-        status = decision.get("status", "")
-        shown = f"**{status}**" if status != "settled" else status
-        rows.append(f"| `{key}` | `{_cell(decision.get('value'))}` | {decision.get('method', '')} | {shown} |")
-    return "\n".join(rows)
+def profile_table(profile: dict, pipeline: str = "autopatch") -> str:
+    """The profile as its pipeline's adapter tabulates it (autopatch: the 12 decisions)."""
+    from bot.adapters import profile_table as table_of
+
+    return table_of(pipeline, profile)
 
 
 def gate_table(gates: list[dict]) -> str:
@@ -60,12 +58,20 @@ def gate_table(gates: list[dict]) -> str:
     return "\n".join(rows)
 
 
-def _progress(state: JobState) -> str:
+def _progress(job: Job, state: JobState) -> str:
+    """Done steps ticked, the current one bold, a step the job went around (the checkpoint of an autonomous
+    repo) struck through."""
     order = [s for s, _ in STEPS]
     reached = order.index(state) if state in order else -1
+    skipped = {JobState.AWAITING_APPROVAL} if (job.result or {}).get("approval") == "skipped" else set()
     marks = []
-    for index, (_step, words) in enumerate(STEPS):
-        marks.append(f"**{words}**" if index == reached else (f"~~{words}~~" if index < reached else words))
+    for index, (step, words) in enumerate(STEPS):
+        if step in skipped and index < reached:
+            marks.append(f"~~{words}~~")
+        elif index < reached:
+            marks.append(f"✓ {words}")
+        else:
+            marks.append(f"**{words}**" if index == reached else words)
     return " → ".join(marks)
 
 
@@ -74,7 +80,8 @@ def _details(job: Job, state: JobState) -> list[str]:
     result = job.result or {}
     if job.profile and state in (JobState.AWAITING_APPROVAL, JobState.ACTING, JobState.VERIFYING, JobState.PR_OPENED):
         review = job.profile.get("needs_review") or []
-        parts.append("<details open><summary>profile</summary>\n\n" + profile_table(job.profile) + "\n\n</details>")
+        table = profile_table(job.profile, job.verb)
+        parts.append("<details open><summary>profile</summary>\n\n" + table + "\n\n</details>")
         if review:
             parts.append("Needs review: " + ", ".join(f"`{k}`" for k in review))
     if job.overrides:
@@ -95,7 +102,7 @@ def _details(job: Job, state: JobState) -> list[str]:
 def render(job: Job) -> str:
     state = JobState(job.state)
     title = f"### liger-bot {job.verb}" + (f" `{job.target}`" if job.target else "") + f": {HEADLINES[state]}"
-    lines = [title, "", _progress(state) if state in dict(STEPS) else f"**{state.value}**", ""]
+    lines = [title, "", _progress(job, state) if state in dict(STEPS) else f"**{state.value}**", ""]
     lines += [part + "\n" for part in _details(job, state)]
     lines.append(f"<sub>job {job.id} · requested by @{job.requested_by}</sub>")
     lines.append(status_marker(job))

@@ -5,8 +5,11 @@ lease on the job it runs and renews it; a worker that dies stops renewing, and a
 the job from the stage it was in (understand and act+verify are re-run from the default branch; the push and
 the PR are found again by branch name) or, after `max_resumes`, fails it with a message and the next command.
 
-RUNNERS is the second half of the verb registry (`bot.commands.VERBS` is the first): pipeline -> how to check
-its settings and how to run it.
+Every pipeline runs the same flow (`run_change_job`); `bot.adapters.PIPELINES` says how each one understands,
+acts and verifies, and JOB_FLOWS maps each verb that starts work to its flow (with `bot.commands.VERBS`, the
+verb registry). With `runner: {kind: actions}` in the repo config, the worker pushes the branch, dispatches the
+verify workflow and parks the job (verifying, its lease held by the workflow); `workflow_run.completed` or,
+failing that, the lease running out brings it back to `resume_verification`, which reads the run's report.
 """
 
 from __future__ import annotations
@@ -26,13 +29,26 @@ from pathlib import Path
 
 from bot import handlers
 from bot import status
+from bot.adapters import PIPELINES
+from bot.adapters import Adapter
+from bot.adapters import Outcome
+from bot.adapters import Request
+from bot.adapters import no_settings
+from bot.commands import VERBS
+from bot.commands import command_text
 from bot.forge.base import Forge
 from bot.forge.base import ForgeError
 from bot.forge.base import RateLimited
 from bot.forge.base import RepoRef
+from bot.forge.base import WorkflowRun
 from bot.jobs import IllegalTransition
 from bot.jobs import Job
 from bot.jobs import JobState
+from bot.runners import VERIFY_WORKFLOW
+from bot.runners import ActionsRunner
+from bot.runners import RunnerKind
+from bot.runners import VerifyReport
+from bot.runners import VerifyRequest
 from bot.runtime import Context
 from bot.runtime import Runtime
 from bot.scan import DASHBOARD_TITLE
@@ -41,6 +57,7 @@ from bot.scan import render_dashboard
 from bot.scan import scan
 from pipelines.outcome import GateResult
 from pipelines.outcome import PipelineError
+from pipelines.outcome import gates_table
 from pipelines.target import Checkout
 from pipelines.target import open_checkout
 
@@ -48,6 +65,9 @@ log = logging.getLogger(__name__)
 BRANCH_PREFIX = "liger-bot/"
 TRANSIENT_RETRY_DELAY = 30.0
 MAX_TRANSIENT_RETRIES = 5
+# A parked job's lease, held by the GPU workflow: the workflow's own timeout (90 min) plus time queued for a runner.
+ACTIONS_LEASE_SECONDS = 2 * 3600.0
+MAX_WORKFLOW_WAIT_SECONDS = 12 * 3600.0  # past this with no completed run, the job fails with a message
 
 
 class Cancelled(Exception):
@@ -106,37 +126,28 @@ class GitWorkspace:
     def discard(self, name: str) -> None:
         shutil.rmtree(self.root / name, ignore_errors=True)
 
+    def out_dir(self, job_id: int) -> Path:
+        """Where a pipeline writes beside the checkout (reports, benchmark tables): never inside the target."""
+        return self.root / f"job-{job_id}.out"
 
-# --- pipeline runners --------------------------------------------------------------------------------------
+    def discard_job(self, job_id: int) -> None:
+        for name in (f"job-{job_id}", f"job-{job_id}.out", f"job-{job_id}.liger-bot"):
+            self.discard(name)
+
+
+# --- job flows ---------------------------------------------------------------------------------------------
 
 
 @dataclass(frozen=True)
-class Runner:
+class JobFlow:
     validate_settings: Callable[[str | None, list[str]], None]  # raises PipelineError with the reply
     run: Callable[[Worker, Job], None]  # advance the job from whatever state it is in
 
 
-def _autopatch_settings(_target: str | None, settings: list[str]) -> None:
-    from pipelines.autopatch.profile import parse_overrides
-
-    parse_overrides(settings)
-
-
-def _no_settings(_target: str | None, settings: list[str]) -> None:
-    if settings:
-        raise PipelineError("this command takes no field=value settings")
-
-
-def _understand(model: str, checkout: Checkout):
+def _scan_understand(model: str, checkout: Checkout):
     from pipelines.autopatch import understand
 
     return call_understand(understand.understand, model, checkout)
-
-
-def _run_pipeline(checkout: Checkout, profile, progress):
-    from pipelines.autopatch import pipeline
-
-    return pipeline.run_pipeline(checkout, profile, progress)
 
 
 def _field(result, name: str, default=None):
@@ -188,11 +199,19 @@ class Progress:
             self.worker.publish(self.worker.store.get(self.job_id))
 
 
-def run_autopatch(worker: Worker, job: Job) -> None:
+def waiting_for_workflow(job: Job) -> bool:
+    """Parked: its branch is pushed and a verify workflow was dispatched; the run's report decides."""
+    return job.job_state is JobState.VERIFYING and "dispatched" in (job.result or {})
+
+
+def run_change_job(worker: Worker, job: Job) -> None:
+    """understand -> [checkpoint] -> act + verify -> push -> PR, for every pipeline of bot.adapters."""
     if job.job_state is JobState.QUEUED:
         job = worker.enter(job, JobState.UNDERSTANDING)
     if job.job_state is JobState.UNDERSTANDING:
         job = worker.understand_stage(job)
+    if waiting_for_workflow(job):
+        return worker.resume_verification(job)
     if job.job_state in (JobState.ACTING, JobState.VERIFYING):
         worker.act_verify_publish(job)
 
@@ -204,15 +223,15 @@ def run_scan_job(worker: Worker, job: Job) -> None:
         worker.scan_stage(job)
 
 
-RUNNERS: dict[str, Runner] = {
-    "autopatch": Runner(_autopatch_settings, run_autopatch),
-    "scan": Runner(_no_settings, run_scan_job),
+JOB_FLOWS: dict[str, JobFlow] = {
+    **{name: JobFlow(adapter.validate_settings, run_change_job) for name, adapter in PIPELINES.items()},
+    "scan": JobFlow(no_settings, run_scan_job),
 }
 
 
-def runner_for(verb: str) -> Runner:
+def flow_for(verb: str) -> JobFlow:
     try:
-        return RUNNERS[verb]
+        return JOB_FLOWS[verb]
     except KeyError:
         raise PipelineError(f"no pipeline runs `{verb}` yet") from None
 
@@ -227,8 +246,7 @@ class Worker:
         self.config = runtime.config
         self.name = name or f"{socket.gethostname()}:{os.getpid()}:{threading.get_ident()}"
         self.workspace = runtime.workspace or GitWorkspace(self.config.work_dir)
-        self.understand = _understand
-        self.run_pipeline = _run_pipeline
+        self.pipelines: dict[str, Adapter] = dict(PIPELINES)  # tests swap a row for a small real pipeline
         self.scan_understand: Callable | None = None  # None: the real understand, for every model
 
     # deliveries ------------------------------------------------------------------------------------------
@@ -296,7 +314,7 @@ class Worker:
             return  # a live worker holds it
         beat = _Heartbeat(self, job_id)
         try:
-            runner_for(job.verb).run(self, self.store.get(job_id))
+            flow_for(job.verb).run(self, self.store.get(job_id))
         except Cancelled:
             pass
         except RateLimited as exc:
@@ -335,61 +353,80 @@ class Worker:
         base = forge.default_branch(repo)
         return self.workspace.checkout(forge, repo, base, f"job-{job.id}"), base
 
+    def adapter(self, job: Job) -> Adapter:
+        try:
+            return self.pipelines[job.verb]
+        except KeyError:
+            raise PipelineError(f"no pipeline runs `{job.verb}` yet") from None
+
+    def request(self, job: Job, checkout: Checkout) -> Request:
+        options = dict(job.options or {})
+        return Request(checkout, job.target, tuple(job.overrides), options, self.workspace.out_dir(job.id))
+
     def understand_stage(self, job: Job) -> Job:
         checkout, _ = self.fresh_checkout(job)
-        profile = self.understand(job.target, checkout)
-        if job.overrides:
-            from pipelines.autopatch.profile import parse_overrides
-
-            profile = profile.with_overrides(parse_overrides(job.overrides))
+        understood = self.adapter(job).understand(self.request(job, checkout))
         self.heartbeat(job.id)
+        fields = {"profile": understood.profile, "branch": understood.branch}
+        if not understood.branch:  # nothing to propose (a fuse with every chain matched): say so and stop
+            result = {**(job.result or {}), "summary": understood.summary}
+            job = self.enter(job, JobState.DONE, message="", next_command="", result=result, **fields)
+            self.workspace.discard_job(job.id)
+            return job
         config = self.runtime.repo_config(self.repo(job), job.installation_id)
-        review = profile.needs_review()
-        fields = {"profile": profile.to_json(), "branch": f"{BRANCH_PREFIX}{job.verb}-{profile.model_type}"}
+        review = list(understood.needs_review)
         if review or (job.checkpoint and not config.autonomous):
             why = f"needs review: {', '.join(review)}. " if review else ""
+            correct = "correct a decision with `/liger set field=value`, " if VERBS[job.verb].takes_settings else ""
             return self.enter(
                 job,
                 JobState.AWAITING_APPROVAL,
-                message=why + "Check the profile, correct a decision with `/liger set field=value`, then approve.",
+                message=why + f"Check the profile, {correct}then approve.",
                 next_command="/liger approve",
                 **fields,
             )
-        return self.enter(job, JobState.ACTING, message="", next_command="", **fields)
+        result = {**(job.result or {}), "approval": "skipped"}
+        return self.enter(job, JobState.ACTING, message="", next_command="", result=result, **fields)
 
     def act_verify_publish(self, job: Job) -> None:
         if job.job_state is JobState.ACTING:
             self.publish(job)
         checkout, base = self.fresh_checkout(job)
-        profile = self.understand(job.target, checkout)
-        if job.overrides:
-            from pipelines.autopatch.profile import parse_overrides
-
-            profile = profile.with_overrides(parse_overrides(job.overrides))
         progress = Progress(self, job.id)
-        result = self.run_pipeline(checkout, profile, progress)
-        gates = [_gate_json(g) for g in (_field(result, "gates") or [])] or progress.gates
-        branch = _field(result, "branch") or job.branch or f"{BRANCH_PREFIX}{job.verb}-{profile.model_type}"
+        outcome = self.adapter(job).act_verify(self.request(job, checkout), progress)
+        gates = [_gate_json(g) for g in outcome.gates] or progress.gates
         job = self.enter(self.store.get(job.id), JobState.VERIFYING)
-        result_json = {**(job.result or {}), "gates": gates, "files": list(_field(result, "files") or [])}
-        job = self.store.update(job.id, result=result_json, branch=branch, profile=profile.to_json())
+        result = {k: v for k, v in (job.result or {}).items() if k not in ("dispatched", "workflow_run")}
+        result |= {"gates": gates, "files": list(outcome.files)}
+        job = self.store.update(
+            job.id, result=result, branch=outcome.branch or job.branch, profile=outcome.profile or job.profile
+        )
         failures = _hard_failures(gates)
-        if failures or _field(result, "ok") is False:
+        if failures or not outcome.ok:
             names = ", ".join(g["name"] for g in failures) or "a hard gate"
             return self.fail(job, f"verify failed: {names}. Nothing was pushed.", _retry_command(job))
-        self._push_and_open(job, checkout, base, result)
+        job = self._push(job, checkout)
+        if job is None:
+            return
+        config = self.runtime.repo_config(self.repo(job), job.installation_id)
+        if config.runner == RunnerKind.ACTIONS.value and outcome.verify_target:
+            return self._dispatch(job, config.runner_labels, outcome)
+        self._open_pr(job, base, outcome.pr_title, outcome.pr_body)
 
-    def _push_and_open(self, job: Job, checkout: Checkout, base: str, result) -> None:
+    def _push(self, job: Job, checkout: Checkout) -> Job | None:
         from bot import gitops
 
         forge, repo = self.forge(job), self.repo(job)
         pushed = self.workspace.push(forge, repo, checkout, job.branch, job.pushed_sha or None)
         if pushed.outcome is gitops.PushOutcome.HUMAN_PUSHED:
-            return self.fail(job, pushed.message, f"git push origin --delete {job.branch}  # then: /liger retry")
-        job = self.store.update(job.id, pushed_sha=pushed.head)
-        title = _field(result, "pr_title") or f"[liger-bot] {job.verb}: {job.target}"
-        body = self._pr_body(job, result)
-        pr = forge.ensure_pull_request(repo, job.branch, base, title, body)
+            self.fail(job, pushed.message, f"git push origin --delete {job.branch}  # then: /liger retry")
+            return None
+        return self.store.update(job.id, pushed_sha=pushed.head)
+
+    def _open_pr(self, job: Job, base: str, title: str, body: str) -> None:
+        forge, repo = self.forge(job), self.repo(job)
+        title = title or f"[liger-bot] {job.verb}: {job.target}"
+        pr = forge.ensure_pull_request(repo, job.branch, base, title, self._pr_body(job, body))
         opened_at = job.pr_opened_at or time.time()
         job = self.enter(
             job,
@@ -400,16 +437,18 @@ class Worker:
             message="",
             next_command="",
         )
-        self.workspace.discard(f"job-{job.id}")
+        self.workspace.discard_job(job.id)
 
-    def _pr_body(self, job: Job, result) -> str:
-        body = _field(result, "pr_body") or ""
+    def _pr_body(self, job: Job, body: str) -> str:
+        from bot.adapters import profile_table
+
         gates = (job.result or {}).get("gates") or []
         parts = [body or f"Generated by liger-bot for `{job.target}`."]
-        if gates and "| Check |" not in body:
+        if gates and "| check |" not in body.lower():
             parts.append(status.gate_table(gates))
-        if job.profile and "| decision |" not in body:
-            parts.append(status.profile_table(job.profile))
+        table = profile_table(job.verb, job.profile) if job.profile else ""
+        if table and f"| {table.split('|')[1].strip().lower()} |" not in body.lower():  # the body has none yet
+            parts.append(table)
         parts.append(
             f"Requested by @{job.requested_by} in #{job.thread} (job {job.id}). "
             "Review it here: `/liger set field=value` re-runs act and verify on this branch."
@@ -417,10 +456,95 @@ class Worker:
         parts.append(f"<!-- liger-bot:pr:{job.id} -->")
         return "\n\n".join(parts)
 
+    # the actions runner: push, dispatch, park; resume from the run's report ----------------------------------
+
+    def _park(self, job: Job, result: dict, message: str) -> Job:
+        """Hand the job's lease to the GPU workflow: no sweep touches it until the lease runs out."""
+        return self.store.update(
+            job.id,
+            result=result,
+            worker=f"actions:{job.id}",
+            lease_until=time.time() + ACTIONS_LEASE_SECONDS,
+            message=message,
+            next_command="/liger status",
+        )
+
+    def _dispatch(self, job: Job, labels: tuple[str, ...], outcome: Outcome) -> None:
+        runner = ActionsRunner(self.forge(job), tuple(labels))
+        request = VerifyRequest(
+            self.repo(job), job.branch, job.verb, outcome.verify_target, str(job.id), tuple(job.overrides)
+        )
+        shown = ", ".join(labels)
+        dispatched = {"workflow": runner.workflow, "branch": job.branch, "labels": list(labels), "at": time.time()}
+        result = {
+            **(job.result or {}),
+            "dispatched": dispatched,
+            "pr": {"title": outcome.pr_title, "body": outcome.pr_body},
+        }
+        before = job
+        job = self._park(
+            job, result, f"verifying on GPU runners ({shown}): waiting for `{runner.workflow}` on `{job.branch}`"
+        )
+        try:  # parked first, so a run that finishes at once finds the job waiting for it
+            runner.start(request)
+        except BaseException:
+            self.store.update(
+                job.id, result=before.result, worker=self.name, lease_until=before.lease_until, message=""
+            )
+            raise
+        self.workspace.discard_job(job.id)
+        self.publish(job)
+
+    def resume_verification(self, job: Job) -> None:
+        """The parked job's verdict: the report of its completed run, merged over the gates the worker ran."""
+        forge, repo = self.forge(job), self.repo(job)
+        result = dict(job.result or {})
+        finished = result.get("workflow_run")
+        if finished is None:  # the lease ran out with no webhook: ask GitHub about the run
+            run = forge.latest_workflow_run(repo, VERIFY_WORKFLOW, job.branch)
+            if run is None or run.status != "completed":
+                return self._still_waiting(job, result, run)
+        else:
+            run = WorkflowRun(int(finished["id"]), "completed", finished.get("conclusion"), job.branch)
+        report = ActionsRunner(forge).resume(repo, run, str(job.id))
+        if report.job_id != str(job.id):  # an earlier job's run on this branch: keep waiting for ours
+            result.pop("workflow_run", None)
+            self._park(job, result, f"ignored workflow run {run.id} (it verified job {report.job_id}); still waiting")
+            return
+        local = result.get("gates") or []
+        merged = _merge_gates(local, [{**g.to_json(), "hard": g.hard} for g in report.gates])
+        result |= {"gates": merged, "workflow_run": {"id": run.id, "conclusion": run.conclusion}}
+        job = self.store.update(job.id, result=result)
+        failures = _hard_failures(merged)
+        if failures:
+            why = "; ".join(_failure_line(g) for g in failures)
+            message = (
+                f"verify on GPU runners failed: {why} (workflow run {run.id}). "
+                f"`{job.branch}` holds the patch; no PR was opened."
+            )
+            return self.fail(job, message, _retry_command(job))
+        pr = result.get("pr") or {}
+        body = _with_gate_table(pr.get("body") or "", local, merged)
+        self._open_pr(job, forge.default_branch(repo), pr.get("title") or "", body)
+
+    def _still_waiting(self, job: Job, result: dict, run: WorkflowRun | None) -> None:
+        waited = time.time() - float((result.get("dispatched") or {}).get("at", job.updated_at))
+        if waited > MAX_WORKFLOW_WAIT_SECONDS:
+            seen = f"its run {run.id} is still {run.status}" if run else "no run of it started"
+            labels = ", ".join((result.get("dispatched") or {}).get("labels") or [])
+            message = (
+                f"`{VERIFY_WORKFLOW}` did not report back in {waited / 3600:.0f} h ({seen}); "
+                f"is a runner with the labels {labels} online?"
+            )
+            return self.fail(job, message, "/liger retry")
+        seen = f"run {run.id} is {run.status}" if run else "no run has started yet"
+        self._park(job, result, f"still waiting for `{VERIFY_WORKFLOW}` on `{job.branch}` ({seen})")
+        self.publish(self.store.get(job.id))
+
     def scan_stage(self, job: Job) -> None:
         forge, repo = self.forge(job), self.repo(job)
         checkout, _ = self.fresh_checkout(job)
-        understand = self.scan_understand or (lambda model, co: _understand(model, co))
+        understand = self.scan_understand or _scan_understand
         rows = scan(checkout, understand, progress=lambda _line: self.heartbeat(job.id))
         config = self.runtime.repo_config(repo, job.installation_id)
         number = forge.find_issue(repo, DASHBOARD_TITLE)
@@ -433,7 +557,7 @@ class Worker:
         summary = f"Dashboard: #{number} ({sum(1 for r in rows if r.verdict.value == 'patchable')} patchable)."
         result = {"rows": [r.to_json() for r in rows], "dashboard": number, "summary": summary}
         self.enter(job, JobState.DONE, result=result)
-        self.workspace.discard(f"job-{job.id}")
+        self.workspace.discard_job(job.id)
 
     def _dashboard_notes(self, repo: str) -> dict[str, str]:
         notes: dict[str, str] = {}
@@ -454,6 +578,11 @@ class Worker:
                 self.runtime.queue.enqueue_job(job.id)
                 continue
             job = self.store.get(job.id)
+            if waiting_for_workflow(job):  # the workflow's lease ran out: look the run up instead of re-running
+                self.publish(self.store.update(job.id, message="no word from the verify workflow yet; asking GitHub"))
+                self.runtime.queue.enqueue_job(job.id)
+                resumed.append(job.id)
+                continue
             if job.attempts > self.config.max_resumes:
                 self.fail(
                     job,
@@ -511,5 +640,28 @@ def _transient(error: ForgeError) -> bool:
 
 
 def _retry_command(job: Job) -> str:
-    settings = "".join(f" --set {s}" for s in job.overrides)
-    return f"/liger {job.verb}" + (f" {job.target}" if job.target else "") + settings
+    return command_text(job.verb, job.target or None, job.overrides, job.options or {})
+
+
+def _failure_line(gate: dict) -> str:
+    detail = (str(gate.get("detail") or "").strip().splitlines() or [""])[0][:200]
+    return f"{gate['name']}: {detail}" if detail else gate["name"]
+
+
+def _merge_gates(local: list[dict], remote: list[dict]) -> list[dict]:
+    """The runner's verdict wins gate by gate (a GPU PASS replaces the worker's SKIP); its other gates follow."""
+    merged = {gate["name"]: gate for gate in local}
+    merged.update((gate["name"], gate) for gate in remote)
+    return list(merged.values())
+
+
+def _gate_results(gates: list[dict]) -> list[GateResult]:
+    return list(VerifyReport.from_json({"job_id": "", "gates": gates}).gates)
+
+
+def _with_gate_table(body: str, before: list[dict], after: list[dict]) -> str:
+    """The PR body the pipeline wrote, its verify table brought up to the merged verdict."""
+    old = gates_table(_gate_results(before)) if before else ""
+    if old and old in body:
+        return body.replace(old, gates_table(_gate_results(after)))
+    return body

@@ -17,7 +17,15 @@ from typing import TextIO
 from pipelines.outcome import ExitStatus
 from pipelines.outcome import PipelineError
 
-COMMAND_MODULES = ("bot.cli.target",)
+COMMAND_MODULES = (
+    "bot.cli.target",
+    "bot.cli.autopatch",
+    "bot.cli.kernel",
+    "bot.cli.demo",
+    "bot.cli.fuse",
+    "bot.cli.app",
+    "bot.cli.verify",
+)
 
 
 class UI:

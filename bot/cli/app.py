@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import os
 import uuid
 from pathlib import Path
 
@@ -61,18 +62,24 @@ def serve_command(args, ui) -> ExitStatus:
         f"listening on http://{host}:{server.port}{runtime.config.webhook_path} (queue: {runtime.queue.backend})"
     )
     try:
-        server.serve_forever()
+        server.serve_forever()  # werkzeug's returns on Ctrl-C; an interrupt outside its loop lands below
+    except KeyboardInterrupt:
+        pass
     finally:
         server.server_close()
+    ui.progress("stopped")  # Ctrl-C is how a person stops the server: a clean stop, exit status 0
     return ExitStatus.OK
 
 
 def worker_command(args, ui) -> ExitStatus:
+    from bot.config import hide_secrets_from_children
     from bot.worker import Worker
 
     if args.threads < 1:
         raise PipelineError("--threads must be at least 1")
     runtime = _runtime(ui.env, require_secret=False)
+    if ui.env is os.environ:  # the target's tests, run by verify gates, inherit the environment
+        hide_secrets_from_children(os.environ)
     worker = Worker(runtime)
     ui.progress(f"worker {worker.name}: queue {runtime.queue.backend}, database {runtime.store.engine.dialect.name}")
     worker.run(threads=args.threads)

@@ -25,6 +25,7 @@ from bot.forge.base import ForgeError
 from bot.forge.base import Permission
 from bot.forge.base import PullRequest
 from bot.forge.base import RepoRef
+from bot.forge.base import WorkflowRun
 
 MARKER_RE = re.compile(r"<!-- liger-bot:[^>]*? -->")
 
@@ -156,6 +157,9 @@ class LocalForge:
 
     def dispatch_workflow(self, repo: RepoRef, workflow: str, ref: str, inputs: dict[str, str]) -> None:
         raise ForgeError("the local forge runs no workflows: use the local runner (runner: local)")
+
+    def latest_workflow_run(self, repo: RepoRef, workflow: str, branch: str) -> WorkflowRun | None:
+        return None  # the local forge runs no workflows: its runner is always `local`
 
     def download_artifact(self, repo: RepoRef, run_id: int, name: str) -> bytes | None:
         return None

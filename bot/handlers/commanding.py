@@ -52,15 +52,15 @@ def handle_comment(ctx, body: str | None, comment_id: int | None, review_comment
         action(ctx, command, trigger)
 
 
-def _runner(verb: str):
-    from bot.worker import runner_for  # the worker table knows how each pipeline checks its settings
+def _flow(verb: str):
+    from bot.worker import flow_for  # the worker's table knows how each pipeline checks its settings
 
-    return runner_for(verb)
+    return flow_for(verb)
 
 
 def start_job(ctx, command: Command, trigger: Trigger, scope: str = "", checkpoint: bool = True) -> Job | None:
     try:
-        _runner(command.spec.pipeline).validate_settings(command.target, list(command.settings))
+        _flow(command.spec.pipeline).validate_settings(command.target, list(command.settings))
     except PipelineError as exc:
         ctx.reply(f"@{trigger.login} {exc.message}" + (f" ({exc.hint})" if exc.hint else ""), trigger.key)
         return None
@@ -71,6 +71,7 @@ def start_job(ctx, command: Command, trigger: Trigger, scope: str = "", checkpoi
         verb=command.verb,
         target=command.target or "",
         overrides=list(command.settings),
+        options=dict(command.options),
         requested_by=trigger.login,
         trigger_comment_id=trigger.comment_id,
         checkpoint=checkpoint,
@@ -128,7 +129,7 @@ def set_fields(ctx, command: Command, trigger: Trigger) -> None:
             )
         return _no_job(ctx, trigger, "to adjust (waiting for approval, or with its PR open)")
     try:
-        _runner(job.verb).validate_settings(job.target, job.overrides + list(command.settings))
+        _flow(job.verb).validate_settings(job.target, job.overrides + list(command.settings))
     except PipelineError as exc:
         return ctx.reply(f"@{trigger.login} {exc.message}" + (f" ({exc.hint})" if exc.hint else ""), trigger.key)
     overrides = job.overrides + [s for s in command.settings if s not in job.overrides]
@@ -172,7 +173,7 @@ def retry(ctx, _command: Command, trigger: Trigger) -> None:
     job = _thread_job(ctx)
     if job is None or job.job_state not in (JobState.FAILED, JobState.CANCELLED):
         return _no_job(ctx, trigger, "that failed or was cancelled")
-    again = Command(job.verb, job.target or None, tuple(job.overrides))
+    again = Command(job.verb, job.target or None, tuple(job.overrides), tuple((job.options or {}).items()))
     start_job(ctx, again, trigger)
 
 

@@ -15,6 +15,7 @@ import pytest
 import requests
 from werkzeug.serving import make_server
 
+from bot.adapters import autopatch_adapter
 from bot.app import create_app
 from bot.config import AppConfig
 from bot.forge.base import Permission
@@ -89,8 +90,7 @@ class App:
     def __init__(self, runtime: Runtime, forge: RecordingForge):
         self.runtime, self.forge, self.store = runtime, forge, runtime.store
         self.worker = Worker(runtime, name="test-worker")
-        self.worker.understand = small_pipeline.understand
-        self.worker.run_pipeline = small_pipeline.run_pipeline
+        self.worker.pipelines["autopatch"] = autopatch_adapter(small_pipeline.understand, small_pipeline.run_pipeline)
         self.worker.scan_understand = small_pipeline.understand
         runtime.queue.bind(self.worker.handle_delivery, self.worker.advance)
 

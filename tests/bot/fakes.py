@@ -21,6 +21,7 @@ from bot.forge.base import ForgeError
 from bot.forge.base import Permission
 from bot.forge.base import PullRequest
 from bot.forge.base import RepoRef
+from bot.forge.base import WorkflowRun
 
 
 def _empty_state() -> dict:
@@ -31,6 +32,7 @@ def _empty_state() -> dict:
         "pulls": {},
         "files": {},
         "permissions": {},
+        "runs": {},
         "next_id": 1000,
         "calls": [],
     }
@@ -194,8 +196,21 @@ class RecordingForge:
             return next((i["number"] for i in state["issues"].values() if i["title"] == title), None)
 
     def dispatch_workflow(self, repo: RepoRef, workflow: str, ref: str, inputs: dict[str, str]) -> None:
-        with self._call("dispatch_workflow", workflow=workflow, ref=ref, inputs=inputs):
-            pass
+        with self._call("dispatch_workflow", workflow=workflow, ref=ref, inputs=inputs) as state:
+            run_id = self._new_id(state)
+            state["runs"][str(run_id)] = {"id": run_id, "workflow": workflow, "branch": ref, "status": "queued"}
+
+    def set_run_status(self, run_id: int, status: str, conclusion: str | None = None) -> None:
+        with self._call("(test) set_run_status", run_id=run_id) as state:
+            state["runs"][str(run_id)].update(status=status, conclusion=conclusion)
+
+    def latest_workflow_run(self, repo: RepoRef, workflow: str, branch: str) -> WorkflowRun | None:
+        with self._call("latest_workflow_run", workflow=workflow, branch=branch) as state:
+            runs = [r for r in state["runs"].values() if r["workflow"] == workflow and r["branch"] == branch]
+            if not runs:
+                return None
+            run = max(runs, key=lambda r: r["id"])
+            return WorkflowRun(run["id"], run["status"], run.get("conclusion"), run["branch"])
 
     def download_artifact(self, repo: RepoRef, run_id: int, name: str) -> bytes | None:
         with self._call("download_artifact", run_id=run_id, name=name):

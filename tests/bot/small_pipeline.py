@@ -1,9 +1,10 @@
 """Small real stand-ins for the two pipeline entry points (the pipeline boundary the App calls).
 
 `understand` returns a real `Profile` (12 settled decisions; the model `reviewme` leaves one for review); the
-models `notalm` and `*bert*` are refused like non-causal-LMs. `run_pipeline` really edits the checkout, commits on the branch
-`liger-bot/autopatch-<model_type>` and reports gates through `progress`, as the real pipeline does. While the
-file named by BLOCK_FILE exists it waits, so a test can kill the worker in the middle of a stage.
+models `notalm` and `*bert*` are refused like non-causal-LMs. `run_pipeline` really edits the checkout, commits on
+the branch `liger-bot/autopatch-<model_type>`, reports gates through `progress` and puts their table in the PR
+body, as the real pipeline does. While the file named by BLOCK_FILE exists it waits, so a test can kill the worker
+in the middle of a stage.
 """
 
 from __future__ import annotations
@@ -21,6 +22,7 @@ from pipelines.autopatch.profile import Status
 from pipelines.outcome import GateResult
 from pipelines.outcome import GateStatus
 from pipelines.outcome import PipelineError
+from pipelines.outcome import gates_table
 
 VALUES = {
     "norm_type": "rms",
@@ -89,5 +91,5 @@ def run_pipeline(checkout, profile: Profile, progress):
         gates=gates,
         files=[str(target.relative_to(checkout.root))],
         pr_title=f"Add Liger support for {profile.identity.display_name}",
-        pr_body=f"Patch for `{profile.model_type}`.",
+        pr_body=f"Patch for `{profile.model_type}`.\n\n### Verify\n{gates_table(gates)}\n",
     )

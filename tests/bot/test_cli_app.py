@@ -5,8 +5,13 @@ from __future__ import annotations
 import copy
 import io
 import json
+import signal
+import socket
+import threading
+import time
 
 import pytest
+import requests
 
 from bot.cli import program
 from pipelines.outcome import ExitStatus
@@ -27,6 +32,29 @@ def run(argv: list[str], env: dict) -> tuple[ExitStatus, str, str]:
 def test_serve_refuses_to_start_without_a_webhook_secret():
     status, _, err = run(["serve", "--port", "0"], {})
     assert status is ExitStatus.REFUSED and "WEBHOOK_SECRET is not set" in err
+
+
+def test_serve_stops_cleanly_on_ctrl_c(tmp_path):
+    with socket.socket() as probe:  # a free port: --port 0 would mean "the default"
+        probe.bind(("127.0.0.1", 0))
+        port = probe.getsockname()[1]
+    env = {"WEBHOOK_SECRET": "s", "DATABASE_URL": f"sqlite:///{tmp_path / 'db'}", "QUEUE_PATH": str(tmp_path / "q")}
+    main = threading.get_ident()
+
+    def press_ctrl_c() -> None:
+        for _ in range(200):
+            try:
+                requests.get(f"http://127.0.0.1:{port}/healthz", timeout=1)
+                break
+            except requests.ConnectionError:
+                time.sleep(0.05)
+        signal.pthread_kill(main, signal.SIGINT)  # what the terminal sends the server's main thread
+
+    presser = threading.Thread(target=press_ctrl_c)
+    presser.start()
+    status, _, err = run(["serve", "--host", "127.0.0.1", "--port", str(port)], env)
+    presser.join()
+    assert status is ExitStatus.OK and "stopped" in err and "error" not in err
 
 
 def test_replay_an_event_nobody_handles(tmp_path):

@@ -82,3 +82,51 @@ def test_bare_prefix_is_help_and_command_text_round_trips():
     assert parse_line("/liger") == Command("help")
     command = parse_line("/liger autopatch nemotron --set mlp_kind=geglu")
     assert parse_line(command.text()) == command
+
+
+def test_kernel_and_fuse_are_rows_of_the_table_with_help_and_permission():
+    text = render_help()
+    assert "| `/liger kernel SPEC [--name NAME]` |" in text and "| `/liger fuse path/in/repo.py:Factory` |" in text
+    for verb in ("kernel", "fuse"):
+        assert VERBS[verb].pipeline == verb and VERBS[verb].permission is Permission.WRITE
+    row = next(line for line in text.splitlines() if line.startswith("| `/liger kernel"))
+    assert row.endswith("| write access or higher |")
+
+
+@pytest.mark.parametrize(
+    ("line", "command"),
+    [
+        ("/liger kernel relu2", Command("kernel", "relu2")),
+        ("/liger kernel relu2 --name relu_sq", Command("kernel", "relu2", options=(("name", "relu_sq"),))),
+        ("/liger kernel relu2 --name=relu_sq", Command("kernel", "relu2", options=(("name", "relu_sq"),))),
+        (
+            "/liger kernel test/transformers/test_rms_norm.py:LlamaRMSNorm",
+            Command("kernel", "test/transformers/test_rms_norm.py:LlamaRMSNorm"),
+        ),
+        ("/liger fuse examples/recsys.py:make_model", Command("fuse", "examples/recsys.py:make_model")),
+    ],
+)
+def test_kernel_and_fuse_commands(line, command):
+    assert parse_line(line) == command
+    assert parse_line(command.text()) == command
+
+
+@pytest.mark.parametrize(
+    ("line", "message"),
+    [
+        ("/liger kernel", "needs a kernel spec"),
+        ("/liger kernel ../../etc/passwd.py:f", "is not .path/in/repo.py:function"),
+        ("/liger kernel /abs/op.py:f", "is not .path/in/repo.py:function"),
+        ("/liger kernel Relu2;rm", "is not a kernel spec"),
+        ("/liger kernel relu2 --name ../x", "is not a kernel name"),
+        ("/liger kernel relu2 --name", "needs a value"),
+        ("/liger kernel relu2 --set a=b", "does not take"),
+        ("/liger fuse examples/recsys.py", "is not .path/in/repo.py:Factory"),
+        ("/liger fuse -x.py:make", "is not .path/in/repo.py:Factory"),
+        ("/liger fuse examples/" + "a" * 120 + ".py:make", "at most 100 characters"),
+        ("/liger autopatch llama --name x", "does not take"),
+    ],
+)
+def test_kernel_and_fuse_refusals(line, message):
+    with pytest.raises(CommandError, match=message):
+        parse_line(line)

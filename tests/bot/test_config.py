@@ -6,6 +6,7 @@ import pytest
 
 from bot.config import DEFAULT_WEBHOOK_PATH
 from bot.config import RepoConfig
+from bot.config import hide_secrets_from_children
 from bot.config import load_config
 from bot.config import parse_repo_config
 from pipelines.outcome import PipelineError
@@ -72,3 +73,16 @@ def test_a_bad_repo_config_falls_back_to_defaults_and_says_why(text, problem):
     config = parse_repo_config(text)
     assert config.autonomous is False and config.prs_per_hour == 2
     assert any(problem in p for p in config.problems)
+
+
+def test_the_worker_hides_the_apps_secrets_from_the_processes_it_starts():
+    environ = {
+        "PRIVATE_KEY": "-----BEGIN",
+        "WEBHOOK_SECRET": "s",
+        "DATABASE_URL": "postgresql://u:pw@db/x",
+        "PATH": "/bin",
+    }
+    config = load_config(environ)
+    assert hide_secrets_from_children(environ) == ["PRIVATE_KEY", "WEBHOOK_SECRET", "DATABASE_URL"]
+    assert environ == {"PATH": "/bin"}
+    assert config.private_key == "-----BEGIN" and config.webhook_secret == "s"  # the worker itself keeps them

@@ -10,6 +10,7 @@ import logging
 import sys
 from pathlib import Path
 
+from bot.adapters import autopatch_adapter
 from bot.jobs import Store
 from bot.queue import make_queue
 from bot.runtime import Runtime
@@ -27,8 +28,7 @@ def main(tmp: str, remote: str, state: str) -> None:
     runtime = Runtime(config, Store(config.database_url), make_queue(sqlite_path=config.queue_path), lambda _id: forge)
     runtime.workspace = GitWorkspace(config.work_dir)
     worker = Worker(runtime)
-    worker.understand = small_pipeline.understand
-    worker.run_pipeline = small_pipeline.run_pipeline
+    worker.pipelines["autopatch"] = autopatch_adapter(small_pipeline.understand, small_pipeline.run_pipeline)
     worker.run()
 
 

@@ -416,6 +416,24 @@ def _stated(key: str, patch: LigerPatch) -> list[str]:
     return [said for said in patch.stated if any(w in said.lower() for w in words)]
 
 
+def _weightless_extras(model_type: str, ours: dict, theirs: dict) -> dict[str, str]:
+    """The norms only Liger lists, when every one is built without a weight (`with_scale=False`): attr -> where.
+    Empty unless ours is otherwise the same as Liger's."""
+    from pipelines.autopatch.understand import built_without_weight
+
+    if ours.get("final") != theirs.get("final") or set(ours.get("decoder") or ()) != set(theirs.get("decoder") or ()):
+        return {}
+    extra = set(theirs.get("attn") or ()) - set(ours.get("attn") or ())
+    if not extra or set(ours.get("attn") or ()) - set(theirs.get("attn") or ()):
+        return {}
+    facts = read_facts(resolve(model_type))
+    found = {}
+    for assign in facts.src.self_assignments(facts.attn_class):
+        if assign.attr in extra and built_without_weight(assign.node):
+            found.setdefault(assign.attr, f"{facts.src.relative}:{assign.node.lineno}")
+    return found if set(found) == extra else {}
+
+
 def classify(key: str, ours: dict, theirs, patch: LigerPatch) -> tuple[Category, str]:
     """The category of one disagreement and its one-line evidence (rules, in order; the last is OURS_WRONG)."""
     value, probe = ours["value"], _probe(ours)
@@ -441,6 +459,14 @@ def classify(key: str, ours: dict, theirs, patch: LigerPatch) -> tuple[Category,
             )
         if value is False and theirs is True:
             return Category.LIGER_WRONG, f"in-place backward emulated on the tiny model: {runs}"
+    if key == "norm_attrs" and isinstance(value, dict) and isinstance(theirs, dict):
+        weightless = _weightless_extras(patch.model_type, value, theirs)
+        if weightless:
+            return Category.EQUIVALENT, (
+                f"Liger also names {', '.join(weightless)}, but binds its forward only to norms that have a weight "
+                "(`_maybe_patch_scaled_norm`), and those are built without one: "
+                + "; ".join(f"{a} at {where}" for a, where in weightless.items())
+            )
     if key == "rope" and value == "standard" and theirs == "none" and probe.get("matched") == ["partial_rotary"]:
         said = "; ".join(_stated(key, patch)) or "no reason given"
         return Category.LIGER_CONSERVATIVE, f"{ROPE_PARTIAL}; the probe matches it exactly. Liger's function: {said}"

@@ -17,7 +17,10 @@ from pipelines import target
 from pipelines.outcome import ExitStatus
 from pipelines.outcome import PipelineError
 
-DEFAULT_AUTOPATCH_MODEL = "hyperclovax"  # llama-like, unsupported by liger-kernel 0.8.5, every decision settles
+# Unsupported by liger-kernel 0.8.5, every decision and check settled, every CPU gate passes, and every kernel
+# patched (RoPE, RMSNorm, SwiGLU, FLCE). Not hyperclovax: its forward scales the logits by config.logits_scaling,
+# which the generated lce_forward would drop (the logits_transform check refuses it).
+DEFAULT_AUTOPATCH_MODEL = "ministral3"
 
 
 def register(subparsers) -> None:

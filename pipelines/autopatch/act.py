@@ -83,6 +83,20 @@ class Norm:
     final: str | None
     decoder: tuple[str, ...]
     attn: tuple[str, ...]
+    optional: tuple[str, ...] = ()  # "attr" / "self_attn" / "self_attn.attr" that not every instance has
+    attn_attr: str = "self_attn"
+
+    def targets(self, layer: str) -> list[dict]:
+        """Per norm on a decoder layer: its owner, attribute, whether an instance may lack it, and how to read it.
+
+        Hybrid models build the attention only on some layers (Qwen3-Next: `self_attn` or `linear_attn`), so
+        its norms are then read through `getattr(..., None)`.
+        """
+        found = [_target(layer, a, a in self.optional) for a in self.decoder]
+        attn_optional = self.attn_attr in self.optional
+        owner = f'getattr({layer}, "{self.attn_attr}", None)' if attn_optional else f"{layer}.{self.attn_attr}"
+        found += [_target(owner, a, attn_optional or f"{self.attn_attr}.{a}" in self.optional) for a in self.attn]
+        return found
 
     @property
     def param(self) -> str:
@@ -103,6 +117,16 @@ class Norm:
         return f"_patch_{self.kind}_module"
 
 
+def _target(owner: str, attr: str, optional: bool) -> dict:
+    plain = owner.isidentifier() or owner.replace(".", "").isidentifier()
+    return {
+        "owner": owner,
+        "attr": attr,
+        "optional": optional,
+        "expr": f"{owner}.{attr}" if plain else f'getattr({owner}, "{attr}")',
+    }
+
+
 @dataclass(frozen=True)
 class Mlp:
     param: str  # swiglu | geglu | relu_squared
@@ -112,6 +136,7 @@ class Mlp:
     before_check: str  # instance test: the layer is not patched yet
     after_check: str
     test_import: str | None = None
+    extra_checks: tuple[tuple[str, str], ...] = ()  # (before, after) pairs beyond the first
 
 
 @dataclass(frozen=True)
@@ -167,6 +192,7 @@ class Plan:
             "display_name": ident.display_name,
             "causal_lm_class": ident.causal_lm_class,
             "base_model_class": ident.base_model_class,
+            "base_model_attr": ident.base_model_attr,
             "config_class": ident.config_class,
             "modeling_module": ident.modeling_module,
             "modeling_file": ident.modeling_file,
@@ -192,7 +218,19 @@ def validate_model_type(model_type: str) -> str:
     return model_type
 
 
+def _refuse_failed_checks(profile: Profile) -> None:
+    for key in profile.failed_checks():
+        check = profile.checks[key]
+        where = ", ".join(f"{e.file}:{e.lines[0]} `{e.snippet.strip()}`" for e in check.evidence)
+        raise PipelineError(
+            f"{profile.model_type}: {check.reason} ({where}); the generated lce_forward computes the loss from "
+            "lm_head's output directly and would drop it",
+            hint="this model needs a hand-written lce_forward that applies the same transform",
+        )
+
+
 def _refuse_unsettled(profile: Profile) -> None:
+    _refuse_failed_checks(profile)
     for key in FORWARD_DECISIONS:
         decision = profile.decisions.get(key)
         if decision is None or decision.status is Status.NEEDS_REVIEW:
@@ -252,7 +290,17 @@ def _plan_norm(profile: Profile, notes: list[str]) -> Norm | None:
                 "LayerNorm is not patched: the model's LayerNorm adds 1 to its weight; LigerLayerNorm does not."
             )
             return None
-        return Norm("layer_norm", ident.norm_class, "LigerLayerNorm", None, final, decoder, attn)
+        return Norm(
+            "layer_norm",
+            ident.norm_class,
+            "LigerLayerNorm",
+            None,
+            final,
+            decoder,
+            attn,
+            ident.optional_attrs,
+            ident.attn_attr,
+        )
     unsettled = _settled(profile, "rms_casting_mode", "rms_offset", "rms_in_place")
     if unsettled:
         notes.append(f"RMSNorm is not patched: decision `{unsettled}` needs review.")
@@ -263,7 +311,17 @@ def _plan_norm(profile: Profile, notes: list[str]) -> Norm | None:
         profile.value("rms_in_place"),
     )
     if (mode, float(offset), bool(in_place)) == ("llama", 0.0, True):
-        return Norm("rms_norm", ident.norm_class, "LigerRMSNorm", None, final, decoder, attn)
+        return Norm(
+            "rms_norm",
+            ident.norm_class,
+            "LigerRMSNorm",
+            None,
+            final,
+            decoder,
+            attn,
+            ident.optional_attrs,
+            ident.attn_attr,
+        )
     options = f'offset={float(offset)!r}, casting_mode="{mode}", in_place={bool(in_place)}'
     init = ', init_fn="zeros"' if float(offset) else ""
     return Norm(
@@ -274,6 +332,8 @@ def _plan_norm(profile: Profile, notes: list[str]) -> Norm | None:
         final,
         decoder,
         attn,
+        ident.optional_attrs,
+        ident.attn_attr,
     )
 
 
@@ -291,17 +351,8 @@ def _plan_mlp(profile: Profile, notes: list[str]) -> Mlp | None:
         notes.append("The MLP is not patched: decision `mlp_kind` needs review.")
         return None
     kind, structure, mlp = profile.value("mlp_kind"), profile.value("structure"), f"decoder_layer.{ident.mlp_attr}"
-    if structure == "moe" and kind == "swiglu" and ident.experts_class and ident.experts_attr:
-        experts = f"{mlp}.{ident.experts_attr}"
-        before, after = _getsource_checks(f"layer.{ident.mlp_attr}.{ident.experts_attr}", "LigerExperts")
-        return Mlp(
-            "swiglu",
-            "SwiGLU",
-            f"{modeling}.{ident.experts_class} = LigerExperts",
-            f"_patch_swiglu_module({experts}, LigerExperts)",
-            before,
-            after,
-        )
+    if structure in ("moe", "hybrid") and kind == "swiglu" and ident.experts_class and ident.experts_attr:
+        return _moe_mlp(profile, notes)
     if structure != "dense":
         notes.append(f"The MLP is not patched: structure {structure!r} with mlp kind {kind!r} has no generator.")
         return None
@@ -324,6 +375,53 @@ def _plan_mlp(profile: Profile, notes: list[str]) -> Mlp | None:
     instance = f"_patch_geglu_module({mlp})" if kind == "geglu" else f"_patch_swiglu_module({mlp}, {cls})"
     before, after = _getsource_checks(f"layer.{ident.mlp_attr}", cls)
     return Mlp(param, label, f"{modeling}.{ident.mlp_class} = {cls}", instance, before, after)
+
+
+MOE_DENSE_MLP = "LigerSwiGLUMLP"  # the dense layers and shared experts of MoE models (Liger: also Qwen3Moe-named)
+
+
+def _swaps_at_class_level(profile: Profile, class_name: str) -> bool:
+    """Whether the HF MLP class can be replaced by MOE_DENSE_MLP: its constructor takes what that one takes."""
+    import inspect
+
+    cls = getattr(importlib.import_module(profile.identity.modeling_module), class_name, None)
+    if cls is None:
+        return False
+    params = set(inspect.signature(cls.__init__).parameters) - {"self"}
+    return params <= {"config", "intermediate_size"}
+
+
+def _moe_mlp(profile: Profile, notes: list[str]) -> Mlp:
+    """Experts -> LigerExperts; the dense layers' MLP and the shared experts -> LigerQwen3MoeSwiGLUMLP (the probe
+    proved SwiGLU for both), on instances per layer: a layer with experts is a MoE block, one without is dense."""
+    ident, modeling = profile.identity, profile.identity.modeling_module.rsplit(".", 1)[1]
+    mlp, layer_mlp, experts = f"decoder_layer.{ident.mlp_attr}", f"layer.{ident.mlp_attr}", ident.experts_attr
+    has_experts, layer_has_experts = f'hasattr({mlp}, "{experts}")', f'hasattr({layer_mlp}, "{experts}")'
+    classes = [f"{modeling}.{ident.experts_class} = LigerExperts"]
+    if ident.mlp_class and _swaps_at_class_level(profile, ident.mlp_class):
+        classes.append(f"{modeling}.{ident.mlp_class} = {MOE_DENSE_MLP}")
+    elif ident.mlp_class:
+        notes.append(f"{ident.mlp_class} is patched on instances only: its constructor differs from {MOE_DENSE_MLP}'s.")
+    instance = [f"if {has_experts}:", f"    _patch_swiglu_module({mlp}.{experts}, LigerExperts)"]
+    before, after = _getsource_checks(f"{layer_mlp}.{experts}", "LigerExperts")
+    checks = [(f"not {layer_has_experts} or {before}", f"not {layer_has_experts} or {after}")]
+    shared = ident.shared_mlp_attr if ident.shared_mlp_class and ident.shared_mlp_class == ident.mlp_class else None
+    if shared:
+        instance += [
+            f'    if getattr({mlp}, "{shared}", None) is not None:',
+            f"        _patch_swiglu_module({mlp}.{shared}, {MOE_DENSE_MLP})",
+        ]
+        none = f'not {layer_has_experts} or getattr({layer_mlp}, "{shared}", None) is None'
+        before, after = _getsource_checks(f"{layer_mlp}.{shared}", MOE_DENSE_MLP)
+        checks.append((f"{none} or {before}", f"{none} or {after}"))
+    if ident.mlp_class:
+        instance += ["else:", f"    _patch_swiglu_module({mlp}, {MOE_DENSE_MLP})"]
+        before, after = _getsource_checks(layer_mlp, MOE_DENSE_MLP)
+        checks.append((f"{layer_has_experts} or {before}", f"{layer_has_experts} or {after}"))
+    (first_before, first_after), *rest = checks
+    return Mlp(
+        "swiglu", "SwiGLU", "\n".join(classes), "\n".join(instance), first_before, first_after, extra_checks=tuple(rest)
+    )
 
 
 def plan(profile: Profile) -> Plan:
@@ -352,12 +450,24 @@ def _forward_params(plan: Plan) -> list[str]:
     return [f"{name}: {PARAM_ANNOTATIONS[name]}" if name in PARAM_ANNOTATIONS else f"{name}=None" for name in names]
 
 
-def render_lce_forward(plan: Plan) -> str:
+LM_HEAD_HELPER = "lce_maybe_trainable_lm_head"
+
+
+def lm_head_helper_module(root: Path) -> str:
+    """The target module defining the lm_head helper every non-softcapping forward calls (model/llama.py in Liger)."""
+    for path in sorted((root / "src/liger_kernel/transformers/model").glob("*.py")):
+        if f"def {LM_HEAD_HELPER}(" in path.read_text():
+            return f"liger_kernel.transformers.model.{path.stem}"
+    return "liger_kernel.transformers.model.llama"
+
+
+def render_lce_forward(plan: Plan, helper_module: str = "liger_kernel.transformers.model.llama") -> str:
     names = forward_param_names(plan)
     hidden = "outputs[0]" if plan.profile.value("hidden_state_access") == "outputs[0]" else "outputs.last_hidden_state"
     return render.render(
         "autopatch/lce_forward.py.j2",
-        **plan.context(),
+        # the forward carries the load-balancing loss only where HF's does (DeepSeek-V2 is MoE without aux_loss)
+        **{**plan.context(), "moe": plan.profile.value("output_class") == "LigerMoeCausalLMOutputWithPast"},
         params=_forward_params(plan),
         model_args=[n for n in names if n not in NOT_FORWARDED],
         hidden_states=hidden,
@@ -365,6 +475,7 @@ def render_lce_forward(plan: Plan) -> str:
         output_class=plan.profile.value("output_class"),
         cache_field="cache" if "cache" in names else "past_key_values",
         uses_cache_type=bool({"cache", "past_key_values"} & set(names)),
+        lm_head_helper_module=helper_module,
     )
 
 
@@ -388,6 +499,7 @@ MINI_TEST_CONFIG = (
     ("num_experts", "4"),
     ("num_experts_per_tok", "2"),
     ("vocab_size", "1024"),
+    ("pad_token_id", "0"),  # some defaults (GLM-4: 151329) point outside the tiny vocabulary
 )
 MINI_CONVERGENCE_CONFIG = (
     ("attention_dropout", "0.0"),
@@ -416,7 +528,14 @@ MINI_CONVERGENCE_CONFIG = (
 def mini_config(plan: Plan, candidates: tuple[tuple[str, str], ...]) -> list[tuple[str, str]]:
     """The candidate fields this model's config class actually has (v5 configs accept unknown keys silently)."""
     defaults = _config_defaults(plan)
-    return [(name, value) for name, value in candidates if hasattr(defaults, name)]
+    return [(name, value) for name, value in candidates if _has_field(defaults, name)]
+
+
+def _has_field(config, name: str) -> bool:
+    try:
+        return hasattr(config, name)
+    except Exception:  # per-layer fields of heterogeneous configs (Gemma 4) refuse a global read: not set here
+        return False
 
 
 def render_instance_test(plan: Plan) -> str:
@@ -425,12 +544,15 @@ def render_instance_test(plan: Plan) -> str:
         liger = plan.norm.liger_class
         if plan.norm.final:
             model_checks.append(_check(*_getsource_checks(f"base_model.{plan.norm.final}", liger)))
-        for attr in plan.norm.decoder:
-            layer_checks.append(_check(*_getsource_checks(f"layer.{attr}", liger)))
-        for attr in plan.norm.attn:
-            layer_checks.append(_check(*_getsource_checks(f"layer.self_attn.{attr}", liger)))
+        for target in plan.norm.targets("layer"):
+            before, after = _getsource_checks(target["expr"], liger)
+            if target["optional"]:
+                absent = f'getattr({target["owner"]}, "{target["attr"]}", None) is None or '
+                before, after = absent + before, absent + after
+            layer_checks.append(_check(before, after))
     if plan.mlp:
-        layer_checks.insert(0, _check(plan.mlp.before_check, plan.mlp.after_check))
+        mlp_checks = [(plan.mlp.before_check, plan.mlp.after_check), *plan.mlp.extra_checks]
+        layer_checks[:0] = [_check(before, after) for before, after in mlp_checks]
     return render.render(
         "autopatch/instance_patch_test.py.j2",
         **plan.context(),
@@ -464,6 +586,7 @@ LIGER_IMPORTS = {
     "LigerSwiGLUMLP": "liger_kernel.transformers.swiglu",
     "LigerPhi3SwiGLUMLP": "liger_kernel.transformers.swiglu",
     "LigerExperts": "liger_kernel.transformers.swiglu",
+    "LigerQwen3MoeSwiGLUMLP": "liger_kernel.transformers.swiglu",
     "LigerGEGLUMLP": "liger_kernel.transformers.geglu",
     "LigerReLUSquared": "liger_kernel.transformers.relu_squared",
     "liger_rotary_pos_emb": "liger_kernel.transformers.rope",
@@ -534,7 +657,7 @@ def _monkey_patch_import(node: ast.stmt) -> str | None:
 def edit_instance_test(source: str, plan: Plan) -> str:
     x = plan.model_type
     available = render.render("autopatch/is_available.py.j2", **plan.context())
-    source = edits.insert_top_level(source, _available_checker, f"is_{x}_available", available)
+    source = edits.ensure_top_level(source, _available_checker, f"is_{x}_available", available)
     test = render_instance_test(plan)
     prefix = "test_apply_liger_kernel_to_instance_for_"
     return edits.insert_top_level(source, lambda n: edits.defined_name(n, prefix), f"{prefix}{x}", test)
@@ -554,9 +677,9 @@ def edit_test_utils(source: str, plan: Plan) -> str:
 def edit_convergence(source: str, plan: Plan, dtype: str) -> str:
     x, ctx = plan.model_type, plan.context()
     apply_line = f"from liger_kernel.transformers import {_apply_fn(plan)}"
-    source = edits.insert_top_level(source, _root_apply_import, _apply_fn(plan), apply_line)
+    source = edits.ensure_top_level(source, _root_apply_import, _apply_fn(plan), apply_line)
     revert = f"revert_liger_kernel_to_{x}"
-    source = edits.insert_top_level(source, _revert_import, revert, f"from test.utils import {revert}")
+    source = edits.ensure_top_level(source, _revert_import, revert, f"from test.utils import {revert}")
     guard = render.render("autopatch/convergence_guard.py.j2", **ctx)
     source = edits.insert_top_level(source, lambda n: edits.assigned_flag(n, "_AVAILABLE"), plan.available_flag, guard)
     setup = render.render(
@@ -614,7 +737,8 @@ def build_changeset(checkout: Checkout, profile: Profile) -> Changeset:
         (TEST_UTILS, edit_test_utils),
         (README, edit_readme),
     ]
-    changes = [FileChange(str(new_file), render_lce_forward(the_plan), created=True)]
+    forward = render_lce_forward(the_plan, lm_head_helper_module(checkout.root))
+    changes = [FileChange(str(new_file), forward, created=True)]
     try:
         for path, edit in edits_by_file:
             changes.append(edit_file(checkout.root, path, lambda text, edit=edit: edit(text, the_plan)))

@@ -72,6 +72,14 @@ def insert_top_level(source: str, key_of: Callable[[ast.stmt], str | None], key:
     return insert_statement(source, ast.parse(source).body, key_of, key, block)
 
 
+def ensure_top_level(source: str, key_of: Callable[[ast.stmt], str | None], key: str, block: str) -> str:
+    """`insert_top_level` for declarations another entry may already make (an import, an availability check):
+    when one keyed `key` exists, the source is left as it is."""
+    if any(key_of(node) == key for node in ast.parse(source).body):
+        return source
+    return insert_top_level(source, key_of, key, block)
+
+
 def insert_element(
     source: str, elements: list[ast.expr], key_of: Callable[[ast.expr], str | None], key: str, text: str
 ) -> str:

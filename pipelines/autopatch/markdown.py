@@ -21,6 +21,7 @@ IDENTITY_FIELDS = (
     "causal_lm_class",
     "base_model_class",
     "base_model_prefix",
+    "base_model_attr",
     "config_class",
     "decoder_layer_class",
     "modeling_module",
@@ -89,11 +90,17 @@ def render(profile: Profile) -> str:
         for key in keys:
             if key in profile.decisions:
                 out += decision_lines(key, profile.decisions[key])
+    if profile.checks:
+        out += ["", "## Checks"]
+        for key, check in profile.checks.items():
+            out += decision_lines(key, check)
     out += ["", "## Forward Signature", ", ".join(ident.forward_params) or "(none)"]
     review = profile.needs_review()
     out += ["", "## Needs review"]
-    if not review:
+    if not review and not profile.failed_checks():
         out.append("Nothing: every decision is settled.")
     for key in review:
         out.append(f"- {key}: {profile.decisions[key].reason} (`--set {key}=...` settles it)")
+    for key in profile.failed_checks():
+        out.append(f"- {key}: {profile.checks[key].reason} (no patch can be generated; see Checks)")
     return "\n".join(out) + "\n"

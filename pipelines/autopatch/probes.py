@@ -625,15 +625,19 @@ def _has_field(config, name: str) -> bool:
         return False
 
 
+def tiny_config_kwargs(config_class, keep_defaults: tuple[str, ...] = ()) -> dict[str, Any]:
+    """The TINY_CONFIG fields this config class has: what shrinks its model to a CPU-sized one."""
+    default = config_class()
+    return {k: v for k, v in TINY_CONFIG.items() if _has_field(default, k) and k not in keep_defaults}
+
+
 def tiny_config(config_class, keep_defaults: tuple[str, ...] = ()):
     from transformers.utils import logging as hf_logging
 
     verbosity = hf_logging.get_verbosity()
     hf_logging.set_verbosity_error()  # tiny vocabularies trip harmless token-id warnings
     try:
-        default = config_class()
-        kwargs = {k: v for k, v in TINY_CONFIG.items() if _has_field(default, k) and k not in keep_defaults}
-        config = config_class(**kwargs)
+        config = config_class(**tiny_config_kwargs(config_class, keep_defaults))
     finally:
         hf_logging.set_verbosity(verbosity)
     config._attn_implementation = "eager"

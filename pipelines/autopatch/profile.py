@@ -101,21 +101,33 @@ class Identity:
     modeling_module: str  # transformers.models.X.modeling_X
     modeling_file: str  # relative to site-packages
     base_model_prefix: str = "model"
+    base_model_attr: str = "model"  # the CausalLM's attribute holding the base model (Llama 4: not its prefix)
     layers_attr: str = "layers"  # base_model.<layers_attr> holds the decoder layers
     mlp_attr: str = "mlp"  # decoder_layer.<mlp_attr> is the MLP (or MoE block)
     norm_class: str | None = None  # the RMSNorm/LayerNorm class the modeling module defines or uses
     mlp_class: str | None = None
     experts_class: str | None = None  # MoE: the fused experts class (transformers v5)
     experts_attr: str | None = None  # MoE: path from the MoE block to the experts, e.g. "experts"
+    shared_mlp_attr: str | None = None  # MoE: the block's always-on MLP beside the experts, e.g. "shared_experts"
+    shared_mlp_class: str | None = None
+    attn_attr: str = "self_attn"  # decoder_layer.<attn_attr> is the attention (holds the attention's norms)
+    optional_attrs: tuple[str, ...] = ()  # layer / attention attributes __init__ creates only under an `if`
     rotary_fn: str | None = None  # e.g. "apply_rotary_pos_emb"
     forward_params: tuple[str, ...] = ()  # CausalLM.forward's parameters, in order, without self
     supported_by: str | None = None  # apply_liger_kernel_to_* when the target already supports it
+
+
+# Checks beside the 12 decisions: facts no Liger option expresses, so a patch cannot be generated while one needs
+# review. `logits_transform`: what CausalLM.forward does to the logits between lm_head and the loss besides slicing
+# and softcapping (Granite divides by config.logits_scaling); the fused linear cross entropy would skip it.
+CHECK_KEYS = ("logits_transform",)
 
 
 @dataclass(frozen=True)
 class Profile:
     identity: Identity
     decisions: dict[str, Decision] = field(default_factory=dict)
+    checks: dict[str, Decision] = field(default_factory=dict)
 
     @property
     def model_type(self) -> str:
@@ -130,6 +142,7 @@ class Profile:
     def to_json(self) -> dict:
         ident = asdict(self.identity)
         ident["forward_params"] = list(self.identity.forward_params)
+        ident["optional_attrs"] = list(self.identity.optional_attrs)
         return {
             "model_type": self.identity.model_type,
             "causal_lm_class": self.identity.causal_lm_class,
@@ -138,7 +151,11 @@ class Profile:
             "supported_by": self.identity.supported_by,
             "decisions": {k: self.decisions[k].to_json() for k in DECISION_KEYS if k in self.decisions},
             "needs_review": self.needs_review(),
+            "checks": {k: self.checks[k].to_json() for k in CHECK_KEYS if k in self.checks},
         }
+
+    def failed_checks(self) -> list[str]:
+        return [k for k in CHECK_KEYS if k in self.checks and self.checks[k].status is Status.NEEDS_REVIEW]
 
     def dumps(self) -> str:
         return json.dumps(self.to_json(), indent=2, sort_keys=False)

@@ -64,6 +64,9 @@ class Facts:
     moe_classes: tuple[str, ...] = ()
     experts_class: str | None = None
     experts_attr: str | None = None
+    shared_attr: str | None = None
+    shared_class: str | None = None
+    optional_norms: tuple[str, ...] = ()
     decoder_norms: dict[str, str] = field(default_factory=dict)  # attr -> class
     final_norms: dict[str, str] = field(default_factory=dict)
     attn_norms: dict[str, str] = field(default_factory=dict)
@@ -106,9 +109,25 @@ def has_weight(src: SourceFile, class_name: str) -> bool:
     return any(a.attr == "weight" for name in src.lineage(class_name) for a in src.self_assignments(name))
 
 
+_NO_WEIGHT_FLAGS = ("with_scale", "elementwise_affine", "use_weight")
+
+
+def built_without_weight(node: ast.stmt) -> bool:
+    """`Gemma4RMSNorm(d, with_scale=False)`, `nn.LayerNorm(d, elementwise_affine=False)`: this instance has no
+    weight, whatever its class can do, so Liger's weight-reading forward must not be bound to it."""
+    calls = [n for n in ast.walk(node) if isinstance(n, ast.Call)]
+    return any(
+        kw.arg in _NO_WEIGHT_FLAGS and isinstance(kw.value, ast.Constant) and kw.value.value is False
+        for call in calls
+        for kw in call.keywords
+    )
+
+
 def _norm_assignments(src: SourceFile, class_name: str | None) -> dict[str, tuple[str, ast.stmt]]:
     found: dict[str, tuple[str, ast.stmt]] = {}
     for assign in src.self_assignments(class_name) if class_name else []:
+        if built_without_weight(assign.node):
+            continue
         for cls in assign.classes:
             if norm_family(src, cls) and has_weight(src, cls) and assign.attr not in found:
                 found[assign.attr] = (cls, assign.node)
@@ -167,7 +186,8 @@ def _read_mlp(facts: Facts) -> None:
         local = _local(src, assign.classes)
         mlps = [c for c in local if _MLP_NAME.search(c) or _is_moe_block(src, c)]
         if mlps:
-            facts.mlp_attr = assign.attr
+            # the first MLP-like attribute is the layer's MLP (Gemma 4 adds an optional `experts` after `mlp`)
+            facts.mlp_attr = facts.mlp_attr or assign.attr
             facts.cite("structure", assign.node)
             for cls in mlps:
                 if _is_moe_block(src, cls):
@@ -180,12 +200,41 @@ def _read_mlp(facts: Facts) -> None:
             if assign.attr == "experts" and local:
                 facts.experts_attr, facts.experts_class = "experts", local[0]
                 facts.cite("structure", assign.node)
-            elif _MLP_NAME.search(" ".join(local)) and not facts.mlp_classes:
-                facts.mlp_classes += tuple(c for c in local if "Expert" not in c and "Router" not in c)
+            elif _MLP_NAME.search(" ".join(local)):
+                mlps = tuple(c for c in local if "Expert" not in c and "Router" not in c)
+                if mlps and facts.shared_attr is None:  # DeepSeek's shared_experts, Qwen2-MoE's shared_expert
+                    facts.shared_attr, facts.shared_class = assign.attr, mlps[0]
+                if not facts.mlp_classes:
+                    facts.mlp_classes += mlps
+
+
+def conditional_attrs(src: SourceFile, class_name: str | None) -> set[str]:
+    """`self.x` attributes __init__ assigns only inside an `if` (Gemma 4's MoE-block norms, DeepSeek's
+    q_a_layernorm): an instance may not have them, so patching them must check first."""
+    init = src.method(class_name, "__init__") if class_name else None
+    if init is None:
+        return set()
+
+    def assigned(nodes) -> set[str]:
+        return {
+            t.attr
+            for n in nodes
+            if isinstance(n, ast.Assign)
+            for t in n.targets
+            if isinstance(t, ast.Attribute) and getattr(t.value, "id", None) == "self"
+        }
+
+    inside = {id(n) for branch in ast.walk(init) if isinstance(branch, ast.If) for n in ast.walk(branch)}
+    guarded = assigned(n for n in ast.walk(init) if id(n) in inside)
+    return guarded - assigned(n for n in ast.walk(init) if id(n) not in inside)
 
 
 def _read_norms(facts: Facts) -> None:
     src = facts.src
+    facts.optional_norms = tuple(
+        sorted(conditional_attrs(src, facts.decoder_class))  # norms, and the attention itself (hybrid layers)
+        + sorted(f"{facts.attn_attr}.{a}" for a in conditional_attrs(src, facts.attn_class))
+    )
     for attr, (cls, node) in _norm_assignments(src, facts.decoder_class).items():
         facts.decoder_norms[attr] = cls
         facts.cite("norm_attrs", node)
@@ -432,6 +481,71 @@ def decide_softcapping(facts: Facts, config_src: SourceFile | None) -> Decision:
     )
 
 
+# What may happen to the logits between lm_head and the loss without changing the loss Liger's fused linear cross
+# entropy computes: slicing and dtype / layout methods. Softcapping is a decision of its own (logit_softcapping).
+_LOGITS_PASS_THROUGH = frozenset("float to type_as contiguous view reshape".split())
+
+
+def _calls_lm_head(node: ast.AST) -> bool:
+    return any(isinstance(n, ast.Call) and dotted_name(n.func) == "self.lm_head" for n in ast.walk(node))
+
+
+def _passes_through(value: ast.AST, logits: set[str]) -> bool:
+    if isinstance(value, ast.Name):
+        return value.id in logits
+    if isinstance(value, ast.Subscript):
+        return _passes_through(value.value, logits)
+    if isinstance(value, ast.Call) and isinstance(value.func, ast.Attribute):
+        return value.func.attr in _LOGITS_PASS_THROUGH and _passes_through(value.func.value, logits)
+    return False
+
+
+def _is_lm_head_output(value: ast.AST) -> bool:
+    if isinstance(value, ast.Call) and dotted_name(value.func) == "self.lm_head":
+        return True
+    if isinstance(value, ast.Call) and isinstance(value.func, ast.Attribute):
+        return value.func.attr in _LOGITS_PASS_THROUGH and _is_lm_head_output(value.func.value)
+    return False
+
+
+def _softcaps(stmt: ast.stmt, logits: set[str]) -> bool:
+    """Gemma 2's `logits / cap`, `torch.tanh(logits)`, `logits * cap` with cap = config.final_logit_softcapping."""
+    text = ast.unparse(stmt)
+    return "softcap" in text or dotted_name(getattr(stmt.value, "func", ast.Name(""))) in ("torch.tanh", "tanh")
+
+
+def decide_logits_transform(facts: Facts) -> Decision:
+    """Settled None when CausalLM.forward passes lm_head's output to the loss untouched (slicing, casts and
+    softcapping aside); needs review, citing each statement, when it scales or otherwise transforms the logits."""
+    forward = _causal_forward(facts)
+    logits: set[str] = set()
+    extra: list[ast.stmt] = []
+    for stmt in statements(forward.body):
+        if not isinstance(stmt, ast.Assign | ast.AugAssign | ast.AnnAssign) or stmt.value is None:
+            continue
+        targets = stmt.targets if isinstance(stmt, ast.Assign) else [stmt.target]
+        names = {t.id for t in targets if isinstance(t, ast.Name)}
+        if _calls_lm_head(stmt.value):
+            logits |= names
+            if not _is_lm_head_output(stmt.value):  # Falcon-H1: self.lm_head(h) * self.model.lm_head_multiplier
+                extra.append(stmt)
+            continue
+        if not names & logits:
+            continue
+        if isinstance(stmt, ast.AugAssign) or not (_passes_through(stmt.value, logits) or _softcaps(stmt, logits)):
+            extra.append(stmt)
+    if not logits:
+        reason = f"{facts.ref.causal_lm_class}.forward calls no self.lm_head"
+        return Decision(None, Method.AST, (facts.src.evidence(forward, max_lines=30),), Status.NEEDS_REVIEW, reason)
+    if not extra:
+        evidence = (facts.src.evidence(forward, max_lines=40),)
+        return Decision(None, Method.AST, evidence, Status.SETTLED, "lm_head's output reaches the loss unchanged")
+    found = "; ".join(ast.unparse(s) for s in extra)
+    reason = f"the logits are transformed between lm_head and the loss: {found}"
+    evidence = tuple(facts.src.evidence(s) for s in extra)
+    return Decision(found, Method.AST, evidence, Status.NEEDS_REVIEW, reason)
+
+
 def decide_has_vision(facts: Facts, config_src: SourceFile | None) -> Decision:
     forward = _causal_forward(facts)
     params = parameters(forward)
@@ -597,12 +711,17 @@ def identity(facts: Facts) -> Identity:
         modeling_module=f"transformers.models.{ref.module_name}.{src.path.stem}",
         modeling_file=src.relative,
         base_model_prefix=prefix,
+        base_model_attr=facts.base_attr,
         layers_attr=facts.layers_attr,
         mlp_attr=facts.mlp_attr or "mlp",
         norm_class=norm_class,
         mlp_class=facts.mlp_classes[0] if facts.mlp_classes else None,
         experts_class=facts.experts_class,
         experts_attr=facts.experts_attr,
+        shared_mlp_attr=facts.shared_attr,
+        shared_mlp_class=facts.shared_class,
+        attn_attr=facts.attn_attr or "self_attn",
+        optional_attrs=facts.optional_norms,
         rotary_fn=facts.rotary_fn,
         forward_params=parameters(_causal_forward(facts)),
     )
@@ -637,7 +756,7 @@ def understand(name: str) -> Profile:
         "logit_softcapping": decide_softcapping(facts, config_src),
         "norm_attrs": decide_norm_attrs(facts),
     }
-    return Profile(identity(facts), decisions)
+    return Profile(identity(facts), decisions, {"logits_transform": decide_logits_transform(facts)})
 
 
 def modeling_file(profile: Profile) -> Path:

@@ -71,3 +71,37 @@ def test_non_liger_directory_is_refused_and_left_as_it_was(tmp_path):
 def test_malicious_model_name_is_refused(liger_checkout):
     status, _, err = run(["autopatch", "../../etc/passwd", "--repo", str(liger_checkout.root), "--plan-only"])
     assert status is ExitStatus.REFUSED and "not a model name" in err
+
+
+def test_a_logits_transform_is_refused_with_its_evidence(liger_checkout):
+    before = snapshot(liger_checkout.root)
+    status, _, err = run(["autopatch", "granitemoe", "--repo", str(liger_checkout.root)])
+    assert status is ExitStatus.REFUSED
+    assert "logits / self.config.logits_scaling" in err and "modeling_granitemoe.py:" in err
+    assert snapshot(liger_checkout.root) == before
+    assert liger_checkout.git.run("branch", "--list").split() == ["*", "main"]
+
+
+def test_demo_autopatch_runs_the_default_end_to_end(tmp_path, liger_template):
+    from bot.cli.demo import DEFAULT_AUTOPATCH_MODEL
+    from pipelines.git import Git
+
+    status, out, err = run(["demo", "autopatch", "--workdir", str(tmp_path / "demo"), "--json"])
+    assert status is ExitStatus.OK, err
+    result = json.loads(out)
+    assert result["profile"]["needs_review"] == [] and result["ok"] is True
+    branch = f"liger-bot/autopatch-{DEFAULT_AUTOPATCH_MODEL}"
+    assert result["branch"] == branch
+    gates = {g["name"]: (g["status"], g["detail"]) for g in result["gates"]}
+    for name in ("Import", "Instance patching", "CPU numerics (RoPE, FLCE)", "Checkstyle"):
+        assert gates[name][0] == "PASS", gates[name]
+    assert {gates[n] for n in gates if n.startswith("Convergence")} == {("SKIP", "needs GPU runner")}
+    git = Git(tmp_path / "demo" / "liger-kernel")
+    assert git.current_branch() == "main" and git.dirty_paths() == []
+    assert git.run("rev-list", "--count", f"main..{branch}").strip() == "1"
+    changed = git.changed_files("main", branch)
+    assert f"src/liger_kernel/transformers/model/{DEFAULT_AUTOPATCH_MODEL}.py" in changed and sorted(changed) == sorted(
+        result["files"]
+    )
+    body = (tmp_path / "demo" / "liger-kernel.liger-bot" / f"autopatch-{DEFAULT_AUTOPATCH_MODEL}.md").read_text()
+    assert body.startswith(f"# {result['pr_title']}") and "| Checkstyle | PASS |" in body

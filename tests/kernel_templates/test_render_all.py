@@ -1,7 +1,7 @@
 """Every template in kernel_templates/ renders with sample contexts and the result parses (Python) or is non-empty.
 
-Sample contexts live in tests/kernel_templates/samples/<folder>.py as `samples() -> [(label, context)]`; a
-template folder without one is an expected failure (strict xfail) until its owner adds it.
+Sample contexts live in tests/kernel_templates/samples/<folder>.py as `samples() -> [(label, context)]`, built by
+the owning pipeline's own context functions; every template folder must have one.
 """
 
 from __future__ import annotations
@@ -17,29 +17,11 @@ from pipelines import render
 
 
 @cache
-def folder_samples(folder: str) -> list[tuple[str, dict]] | None:
-    try:
-        module = importlib.import_module(f"tests.kernel_templates.samples.{folder}")
-    except ModuleNotFoundError:
-        return None
-    return module.samples()
+def folder_samples(folder: str) -> list[tuple[str, dict]]:
+    return importlib.import_module(f"tests.kernel_templates.samples.{folder}").samples()
 
 
-def _cases():
-    for name in render.template_names():
-        folder = name.split("/", 1)[0]
-        has_samples = importlib.util.find_spec(f"tests.kernel_templates.samples.{folder}") is not None
-        marks = (
-            ()
-            if has_samples
-            else pytest.mark.xfail(
-                reason=f"no sample contexts: add tests/kernel_templates/samples/{folder}.py", strict=True
-            )
-        )
-        yield pytest.param(name, marks=marks, id=name)
-
-
-@pytest.mark.parametrize("template", list(_cases()))
+@pytest.mark.parametrize("template", render.template_names())
 def test_template_renders_and_parses(template):
     contexts = folder_samples(template.split("/", 1)[0])
     assert contexts, f"no sample contexts for {template}"
@@ -54,5 +36,8 @@ def test_template_renders_and_parses(template):
             assert text.strip(), f"{template} rendered empty with the {label} sample"
 
 
-def test_templates_exist():
-    assert any(name.startswith("autopatch/") for name in render.template_names())
+def test_every_template_folder_has_samples():
+    folders = {name.split("/", 1)[0] for name in render.template_names()}
+    assert folders >= {"autopatch", "kernel", "fuse"}
+    for folder in folders:
+        assert importlib.util.find_spec(f"tests.kernel_templates.samples.{folder}"), f"add samples/{folder}.py"

@@ -18,6 +18,7 @@ def _extras(plan: act.Plan) -> dict:
         "softcapping": plan.model_type == "gemma",
         "output_class": plan.profile.value("output_class"),
         "cache_field": "cache",
+        "lm_head_helper_module": "liger_kernel.transformers.model.llama",
         "uses_cache_type": True,
         "test_config": [("hidden_size", "32"), ("num_hidden_layers", "2")],
         "model_checks": [{"before": "base_model.norm is not None", "after": "base_model.norm is not None"}],

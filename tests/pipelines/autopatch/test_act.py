@@ -169,3 +169,10 @@ def test_insert_element_adds_a_trailing_comma():
     assert ast.literal_eval(out.split("=", 1)[1]) == {"a": 1, "c": 3, "d": 4}
     out = edits.insert_element(source, keys, edits.string_value, "b", '"b": 2')
     assert list(ast.literal_eval(out.split("=", 1)[1])) == ["a", "b", "c"]
+
+
+def test_act_refuses_a_model_whose_forward_scales_the_logits():
+    from pipelines.autopatch.understand import understand
+
+    with pytest.raises(PipelineError, match=r"logits / self\.config\.logits_scaling.*modeling_granite\.py:\d+"):
+        act.plan(understand("granite"))

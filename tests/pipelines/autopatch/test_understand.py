@@ -207,3 +207,16 @@ def test_probe_decisions_report_every_candidates_residual(profiles):
     assert probe["matched"] == ["rms/llama/offset=0"]
     assert probe["candidates"]["rms/llama/offset=0"] == {"fp32": 0.0, "bf16": 0.0}
     assert probe["candidates"]["rms/gemma/offset=0"]["bf16"] > 0  # bf16 tells llama and gemma casting apart
+
+
+def test_a_logits_transform_between_lm_head_and_the_loss_needs_review():
+    granite = understand("granite").checks["logits_transform"]
+    assert granite.status is Status.NEEDS_REVIEW and granite.method is Method.AST
+    assert "logits_scaling" in granite.reason
+    (evidence,) = granite.evidence
+    assert evidence.file == "transformers/models/granite/modeling_granite.py" and "logits_scaling" in evidence.snippet
+    source = (site_packages() / evidence.file).read_text().splitlines()
+    assert "logits_scaling" in source[evidence.lines[0] - 1]
+    # slicing and Gemma 2's softcapping (a decision of its own) are not transforms of that kind
+    for model in ("llama", "gemma2"):
+        assert understand(model).checks["logits_transform"].status is Status.SETTLED

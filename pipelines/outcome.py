@@ -56,3 +56,18 @@ def gates_table(gates: list[GateResult]) -> str:
         detail = gate.detail.replace("\n", " ").replace("|", "\\|")
         rows.append(f"| {gate.name} | {gate.status.value} | {detail[:300]} |")
     return "\n".join(rows)
+
+
+def hard_failure(gates: list[GateResult]) -> bool:
+    return any(g.hard and g.status is GateStatus.FAIL for g in gates)
+
+
+def result_json(profile, branch: str, files: list[str], gates: list[GateResult], **extra) -> dict:
+    """The JSON every pipeline's result shares (the CLI's --json, the App and our evaluation read it)."""
+    return {
+        "profile": profile.to_json(),
+        "branch": branch,
+        "files": files,
+        "gates": [g.to_json() for g in gates],
+        **extra,
+    }

@@ -24,6 +24,7 @@ from pipelines.outcome import GateResult
 from pipelines.outcome import GateStatus
 from pipelines.outcome import PipelineError
 from pipelines.outcome import gates_table
+from pipelines.outcome import result_json
 from pipelines.target import Checkout
 
 
@@ -40,17 +41,17 @@ class PipelineResult:
     report_path: Path | None = None
 
     def to_json(self) -> dict:
-        return {
-            "profile": self.profile.to_json(),
-            "branch": self.branch,
-            "files": self.files,
-            "gates": [g.to_json() for g in self.gates],
-            "pr_body": self.pr_body,
-            "pr_title": self.pr_title,
-            "commit": self.commit,
-            "ok": self.ok,
-            "report_path": str(self.report_path) if self.report_path else None,
-        }
+        return result_json(
+            self.profile,
+            self.branch,
+            self.files,
+            self.gates,
+            pr_body=self.pr_body,
+            pr_title=self.pr_title,
+            commit=self.commit,
+            ok=self.ok,
+            report_path=str(self.report_path) if self.report_path else None,
+        )
 
     def summary(self) -> str:
         width = max(len(g.name) for g in self.gates) if self.gates else 0

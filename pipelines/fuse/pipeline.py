@@ -12,8 +12,9 @@ from pipelines.fuse.understand import Profile
 from pipelines.fuse.understand import understand
 from pipelines.fuse.verify import verify
 from pipelines.outcome import GateResult
-from pipelines.outcome import GateStatus
 from pipelines.outcome import PipelineError
+from pipelines.outcome import hard_failure
+from pipelines.outcome import result_json
 
 
 @dataclass
@@ -26,16 +27,10 @@ class FuseResult:
 
     @property
     def failed(self) -> bool:
-        return any(g.hard and g.status == GateStatus.FAIL for g in self.gates)
+        return hard_failure(self.gates)
 
     def to_json(self) -> dict:
-        return {
-            "profile": self.profile.to_json(),
-            "branch": self.branch,
-            "files": self.files,
-            "gates": [g.to_json() for g in self.gates],
-            "figures": self.figures,
-        }
+        return result_json(self.profile, self.branch, self.files, self.gates, figures=self.figures)
 
 
 def run(spec: str, repo: str, chain_index: int = 0, progress=lambda text: None) -> FuseResult:

@@ -12,9 +12,10 @@ from pipelines.kernel import understand as understand_mod
 from pipelines.kernel import verify as verify_mod
 from pipelines.kernel.understand import Tier
 from pipelines.outcome import GateResult
-from pipelines.outcome import GateStatus
 from pipelines.outcome import PipelineError
 from pipelines.outcome import gates_table
+from pipelines.outcome import hard_failure
+from pipelines.outcome import result_json
 from pipelines.target import open_checkout
 
 
@@ -28,16 +29,10 @@ class KernelRun:
 
     @property
     def failed(self) -> bool:
-        return any(g.status is GateStatus.FAIL and g.hard for g in self.gates)
+        return hard_failure(self.gates)
 
     def to_json(self) -> dict:
-        return {
-            "profile": self.profile.to_json(),
-            "branch": self.branch,
-            "files": self.files,
-            "gates": [g.to_json() for g in self.gates],
-            "failed": self.failed,
-        }
+        return result_json(self.profile, self.branch, self.files, self.gates, failed=self.failed)
 
 
 def understand(spec_text: str, repo: str | Path, name: str | None = None):

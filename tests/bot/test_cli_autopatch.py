@@ -5,6 +5,8 @@ from __future__ import annotations
 import io
 import json
 
+import pytest
+
 from bot.cli import program
 from pipelines.autopatch.profile import DECISION_KEYS
 from pipelines.outcome import ExitStatus
@@ -71,6 +73,36 @@ def test_non_liger_directory_is_refused_and_left_as_it_was(tmp_path):
 def test_malicious_model_name_is_refused(liger_checkout):
     status, _, err = run(["autopatch", "../../etc/passwd", "--repo", str(liger_checkout.root), "--plan-only"])
     assert status is ExitStatus.REFUSED and "not a model name" in err
+
+
+def repository_state(checkout):
+    """Everything a refusal must leave alone: the files, HEAD, the branch list and the index."""
+    git = checkout.git
+    return snapshot(checkout.root), git.head(), git.run("branch", "--list"), git.dirty_paths()
+
+
+@pytest.mark.parametrize(
+    ("argv", "message"),
+    [
+        (["autopatch", "Nemotorn"], "did you mean: nemotron"),  # unknown: the closest matches
+        (["autopatch", "bert"], "covers decoder-only causal LMs"),  # an encoder, not a causal LM
+        (["autopatch", "t5"], "encoder-decoder"),
+        (["autopatch", "llama"], "apply_liger_kernel_to_llama"),  # already supported, create mode
+        (["autopatch", "ministral3", "--set", "colour=blue"], "unknown field 'colour'"),
+        (["autopatch", "ministral3", "--set", "rms_offset=one"], "bad value"),
+        (["autopatch", "ministral3", "--set", "rope=../x"], "bad value"),
+        (["autopatch", "x" * 10_000], "not a model name"),
+    ],
+)
+def test_bad_input_exits_non_zero_with_a_message_and_leaves_the_checkout_exactly_as_it_was(
+    liger_checkout, argv, message
+):
+    before = repository_state(liger_checkout)
+    status, out, err = run([*argv, "--repo", str(liger_checkout.root)])
+    assert status is ExitStatus.REFUSED
+    assert message in err, err
+    assert out == ""
+    assert repository_state(liger_checkout) == before
 
 
 def test_a_logits_transform_is_refused_with_its_evidence(liger_checkout):

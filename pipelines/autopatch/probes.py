@@ -47,17 +47,19 @@ class ProbeResult:
     matched: list[str] = field(default_factory=list)
     residuals: dict[str, Any] = field(default_factory=dict)
     reason: str = ""  # set when undecided: why no single value was proven
+    convention: str | None = None  # experts probes: how the module is called (ROUTED / PRE_ROUTED)
 
     @property
     def settled(self) -> bool:
         return not self.reason
 
     def to_json(self) -> dict:
-        return {
+        found = {
             "candidates": self.residuals,
             "matched": self.matched,
             "tolerance": {"fp32_relative": FP32_TOLERANCE, "bf16": "exact, else within rounding steps of the max"},
         }
+        return found | ({"calling_convention": self.convention} if self.convention else {})
 
 
 def _tensors(output) -> list[torch.Tensor]:
@@ -399,30 +401,98 @@ def experts_reference(x, gate_up, down, top_k_index, top_k_weights, act: Callabl
     return out.to(x.dtype)
 
 
-def probe_experts(module: torch.nn.Module, hidden_size: int, num_experts: int, top_k: int) -> ProbeResult:
-    modules = _per_dtype(module)
+ROUTED = "routed"  # forward(hidden_states, top_k_index, top_k_weights): LigerExperts' convention
+PRE_ROUTED = "pre_routed"  # forward(hidden_states): rows already grouped per expert and scaled (Llama 4)
 
+
+def experts_convention(module: torch.nn.Module) -> str | None:
+    """How the MoE block calls its experts, from the forward's signature: three tensors, or one pre-routed one."""
+    import inspect
+
+    params = inspect.signature(module.forward).parameters.values()
+    positional = [p for p in params if p.kind in (p.POSITIONAL_ONLY, p.POSITIONAL_OR_KEYWORD)]
+    if len(positional) >= 3:
+        return ROUTED
+    if len(positional) == 1:
+        return PRE_ROUTED
+    return None
+
+
+def pre_routed_reference(x, gate_up, down, num_experts: int, act: Callable):
+    """Gated experts on pre-routed rows (`Llama4TextMoe.forward`): x holds num_experts equal blocks of rows, block
+    e going through expert e, down_e(act(gate_e x) * up_e x); weights in the [experts, H, 2I] / [experts, I, H]
+    layout the experts multiply by (x @ W)."""
+    rows = x.view(num_experts, -1, x.shape[-1])
+    gate, up = torch.bmm(rows, gate_up).chunk(2, dim=-1)
+    return torch.bmm(act(gate) * up, down).view(-1, x.shape[-1])
+
+
+def _routed_inputs(hidden_size: int, num_experts: int, top_k: int, tokens: int = 6):
     def inputs(dtype):
-        tokens = 6
         x = torch.randn(tokens, hidden_size).to(dtype)
         index = torch.stack([torch.randperm(num_experts)[:top_k] for _ in range(tokens)])
         weights = torch.softmax(torch.randn(tokens, top_k), -1).to(dtype)
         return x, index, weights
 
-    def candidate(act: str):
+    return inputs
+
+
+def _pre_routed_inputs(hidden_size: int, num_experts: int, tokens: int = 6):
+    """What `Llama4TextMoe.forward` hands its experts: the tokens repeated once per expert, each copy scaled by
+    that expert's router score (0 for experts outside the top k), as [num_experts * tokens, hidden]."""
+
+    def inputs(dtype):
+        x = torch.randn(tokens, hidden_size)
+        scores = torch.sigmoid(torch.randn(tokens, num_experts))
+        routed = x.repeat(num_experts, 1) * scores.transpose(0, 1).reshape(-1, 1)
+        return (routed.to(dtype),)
+
+    return inputs
+
+
+def _fused_weights(module, hidden_size: int, layout: str):
+    gate_up, down = _need(module, "gate_up_proj", "down_proj")
+    if not isinstance(gate_up, torch.Tensor) or gate_up.dim() != 3:
+        raise NotApplicable("gate_up_proj is not a fused [experts, ., .] parameter")
+    axis = -1 if layout == "linear" else 1
+    if gate_up.shape[axis] != hidden_size:
+        wanted = f"[experts, 2I, {hidden_size}]" if layout == "linear" else f"[experts, {hidden_size}, 2I]"
+        raise NotApplicable(f"gate_up_proj is {tuple(gate_up.shape)}, not {wanted}")
+    return gate_up, down
+
+
+def probe_experts(module: torch.nn.Module, hidden_size: int, num_experts: int, top_k: int) -> ProbeResult:
+    """Gated activations over the fused expert weights, called the way the MoE block calls this experts module:
+    (x, top_k_index, top_k_weights) as LigerExperts is, or pre-routed rows (`experts_convention`)."""
+    modules = _per_dtype(module)
+    convention = experts_convention(module)
+    if convention is None:
+        return ProbeResult(reason=f"{type(module).__name__}.forward takes neither 3 routed tensors nor 1 pre-routed")
+
+    def routed(act: str):
         def run(dtype, x, index, weights):
-            gate_up, down = _need(modules[dtype], "gate_up_proj", "down_proj")
-            if not isinstance(gate_up, torch.Tensor) or gate_up.dim() != 3:
-                raise NotApplicable("gate_up_proj is not a fused [experts, 2I, H] parameter")
-            if gate_up.shape[-1] != hidden_size:  # some models store it transposed
-                raise NotApplicable(f"gate_up_proj is {tuple(gate_up.shape)}, not [experts, 2I, {hidden_size}]")
+            gate_up, down = _fused_weights(modules[dtype], hidden_size, "linear")
             return experts_reference(x, gate_up, down, index, weights, ACTIVATIONS[act])
 
         return run
 
-    cands = [Candidate(f"experts/{act}", GATED_KINDS[act], candidate(act)) for act in ACTIVATIONS]
-    # bf16 sums over experts round in a different order than ours: allow a few rounding steps
-    return compare(lambda dtype, x, i, w: modules[dtype](x, i, w), cands, inputs, bf16_steps=4)
+    def pre_routed(act: str):
+        def run(dtype, x):
+            gate_up, down = _fused_weights(modules[dtype], hidden_size, "matmul")
+            return pre_routed_reference(x, gate_up, down, gate_up.shape[0], ACTIVATIONS[act])
+
+        return run
+
+    if convention == PRE_ROUTED:
+        cands = [Candidate(f"pre_routed_experts/{act}", GATED_KINDS[act], pre_routed(act)) for act in ACTIVATIONS]
+        result = compare(lambda dtype, x: modules[dtype](x), cands, _pre_routed_inputs(hidden_size, num_experts))
+    else:
+        cands = [Candidate(f"experts/{act}", GATED_KINDS[act], routed(act)) for act in ACTIVATIONS]
+        inputs = _routed_inputs(hidden_size, num_experts, top_k)
+        # bf16 sums over experts round in a different order than ours: allow a few rounding steps
+        result = compare(lambda dtype, x, i, w: modules[dtype](x, i, w), cands, inputs, bf16_steps=4)
+    result.convention = convention
+    return result
 
 
 # -- RoPE ----------------------------------------------------------------------------------------------------

@@ -634,7 +634,26 @@ def decide_mlp_kind(facts: Facts, built: probes.TinyModel) -> Decision:
     if value not in ("swiglu", "geglu", "phi3_swiglu", "relu_squared"):
         reason = f"{value}: Liger has no kernel for this MLP"
         return Decision(value, Method.PROBE, tuple(evidence), Status.NEEDS_REVIEW, reason)
+    pre_routed = [c for c, r in found if r.convention == probes.PRE_ROUTED]
+    if pre_routed:
+        proven = " / ".join(f"{c}: {r.matched[0]}" for c, r in found)
+        return Decision(
+            value, Method.PROBE, tuple(evidence), Status.NEEDS_REVIEW, _pre_routed_reason(pre_routed, proven)
+        )
     return Decision(value, Method.PROBE, tuple(evidence), Status.SETTLED, " / ".join(r.matched[0] for _, r in found))
+
+
+def _pre_routed_reason(classes: list[str], proven: str) -> str:
+    """Why a proven SwiGLU MoE with pre-routed experts still needs review: the only MoE plan `act` has
+    (`_moe_mlp`) swaps the experts for LigerExperts, whose forward takes (x, top_k_index, top_k_weights)."""
+    names = ", ".join(classes)
+    return (
+        f"every MLP part computes SwiGLU ({proven}), but {names}.forward takes pre-routed hidden states "
+        "([num_experts * tokens, hidden], grouped per expert and scaled by the router), not "
+        "(hidden_states, top_k_index, top_k_weights): LigerExperts cannot replace it, and act's MoE plan would. "
+        "Patching only the dense MLP and shared expert with LigerSwiGLUMLP (as apply_liger_kernel_to_llama4 does) "
+        "needs an act plan that leaves pre-routed experts alone"
+    )
 
 
 def decide_structure(facts: Facts, built: probes.TinyModel) -> Decision:

@@ -78,6 +78,40 @@ def test_mlp_activation_is_proven():
     assert exact.residuals["gated/gelu_tanh"]["fp32"] > probes.FP32_TOLERANCE
 
 
+def _llama4_experts(hidden_act: str):
+    """Llama 4's own experts module (pre-routed: forward(hidden_states) only), built tiny."""
+    from transformers.models.llama4.configuration_llama4 import Llama4TextConfig
+    from transformers.models.llama4.modeling_llama4 import Llama4TextExperts
+
+    config = Llama4TextConfig(hidden_size=32, intermediate_size=48, num_local_experts=4, hidden_act=hidden_act)
+    return Llama4TextExperts(config)
+
+
+def test_pre_routed_experts_are_driven_as_the_moe_block_drives_them():
+    result = probes.probe_experts(_llama4_experts("silu"), 32, num_experts=4, top_k=1)
+    assert result.convention == probes.PRE_ROUTED and result.to_json()["calling_convention"] == "pre_routed"
+    assert (result.value, result.matched) == ("swiglu", ["pre_routed_experts/silu"])
+    assert result.residuals["pre_routed_experts/silu"] == {"fp32": 0.0, "bf16": 0.0}
+    # the deliberately wrong GeGLU candidate runs on the same inputs and is rejected by its residual
+    assert result.residuals["pre_routed_experts/gelu_tanh"]["fp32"] > 100 * probes.FP32_TOLERANCE
+
+
+def test_pre_routed_gelu_experts_are_not_called_swiglu():
+    result = probes.probe_experts(_llama4_experts("gelu_pytorch_tanh"), 32, num_experts=4, top_k=1)
+    assert (result.value, result.matched) == ("geglu", ["pre_routed_experts/gelu_tanh"])
+    assert result.residuals["pre_routed_experts/silu"]["fp32"] > 100 * probes.FP32_TOLERANCE
+
+
+def test_experts_convention_is_read_from_the_forward_signature():
+    from transformers.models.mixtral.configuration_mixtral import MixtralConfig
+    from transformers.models.mixtral.modeling_mixtral import MixtralExperts
+
+    routed = MixtralExperts(MixtralConfig(hidden_size=32, intermediate_size=48, num_local_experts=4))
+    assert probes.experts_convention(routed) == probes.ROUTED
+    assert probes.experts_convention(_llama4_experts("silu")) == probes.PRE_ROUTED
+    assert probes.experts_convention(nn.Bilinear(2, 2, 2)) is None  # forward(input1, input2): neither
+
+
 def test_rope_standard_and_partial():
     torch.manual_seed(0)
     q, k = torch.randn(1, 2, 5, 8), torch.randn(1, 2, 5, 8)

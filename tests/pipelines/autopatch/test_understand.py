@@ -53,7 +53,7 @@ def test_malicious_names_are_refused_before_any_lookup(name):
 
 @pytest.fixture(scope="module")
 def profiles():
-    names = ("llama", "gemma", "gemma2", "olmo2", "qwen3_moe", "mixtral", "nemotron", "phi3")
+    names = ("llama", "gemma", "gemma2", "olmo2", "qwen3_moe", "mixtral", "nemotron", "phi3", "llama4_text")
     return {name: understand(name) for name in names}
 
 
@@ -125,6 +125,21 @@ def test_moe_models(profiles, name):
     assert got["output_class"] == "LigerMoeCausalLMOutputWithPast"
     assert got["mlp_kind"] == "swiglu"  # proven on the fused experts module
     assert profiles[name].identity.experts_class.endswith("Experts")
+
+
+def test_llama4_pre_routed_experts_are_proven_swiglu_but_left_for_review(profiles):
+    """Every Llama 4 MLP part probes as SwiGLU, the experts on the pre-routed rows Llama4TextMoe gives them; act's
+    only MoE plan would swap those experts for LigerExperts (a routed forward), so the decision stays for review."""
+    decision = profiles["llama4_text"].decisions["mlp_kind"]
+    assert (decision.value, decision.method, decision.status) == ("swiglu", Method.PROBE, Status.NEEDS_REVIEW)
+    probed = {e.probe["module"]: e.probe for e in decision.evidence}
+    assert probed["Llama4TextMLP"]["matched"] == ["gated/silu"]  # the shared expert (and dense MLP) class
+    experts = probed["Llama4TextExperts"]
+    assert experts["calling_convention"] == "pre_routed" and experts["matched"] == ["pre_routed_experts/silu"]
+    assert experts["candidates"]["pre_routed_experts/silu"] == {"fp32": 0.0, "bf16": 0.0}
+    assert experts["candidates"]["pre_routed_experts/gelu_tanh"]["fp32"] > 1.0  # GeGLU rejected
+    assert "pre-routed" in decision.reason and "LigerExperts cannot replace it" in decision.reason
+    assert "def forward(self, hidden_states" in "\n".join(e.snippet for e in decision.evidence)
 
 
 def test_nemotron_layer_norm_1p_relu_squared_partial_rotary(profiles):

@@ -42,10 +42,6 @@ EXPLANATIONS: dict[str, str] = {
     "falcon_h1": "refused by design: HF's forward multiplies lm_head's output by model.lm_head_multiplier "
     "(modeling_falcon_h1.py); Liger's hand-written forward folds it into the hidden states, our generator does not "
     "(check `logits_transform`), so Liger's test (which passes on the untouched checkout) is not run",
-    "llama4_text": "ours conservative: decision mlp_kind needs review because the probe cannot call "
-    "Llama4TextExperts.forward (it takes pre-routed hidden states, not (x, top_k_index, top_k_weights)), so act leaves "
-    "every MLP unpatched; Liger's test asserts LigerSwiGLUMLP on the shared expert and the dense layers (the dense "
-    "Llama4TextMLP itself probes as SwiGLU exactly; `--set mlp_kind=swiglu` would patch)",
     "qwen3_next": "Liger's test asserts its own conservative choice: `assert norm.in_place is not gemma` for the "
     "Qwen3-Next-style (offset 1, gemma) norms, i.e. in_place=False; understand proves in_place=True safe (the "
     "in-place backward emulated on the tiny model moves 0 gradients; decisions table: liger-conservative). With "

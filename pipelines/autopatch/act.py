@@ -391,20 +391,28 @@ def _swaps_at_class_level(profile: Profile, class_name: str) -> bool:
     return params <= {"config", "intermediate_size"}
 
 
-def _moe_mlp(profile: Profile, notes: list[str]) -> Mlp:
+def _moe_mlp(profile: Profile, notes: list[str]) -> Mlp | None:
     """Experts -> LigerExperts; the dense layers' MLP and the shared experts -> LigerQwen3MoeSwiGLUMLP (the probe
     proved SwiGLU for both), on instances per layer: a layer with experts is a MoE block, one without is dense."""
     ident, modeling = profile.identity, profile.identity.modeling_module.rsplit(".", 1)[1]
     mlp, layer_mlp, experts = f"decoder_layer.{ident.mlp_attr}", f"layer.{ident.mlp_attr}", ident.experts_attr
     has_experts, layer_has_experts = f'hasattr({mlp}, "{experts}")', f'hasattr({layer_mlp}, "{experts}")'
-    classes = [f"{modeling}.{ident.experts_class} = LigerExperts"]
+    routed = ident.experts_convention != "pre_routed"
+    classes = [f"{modeling}.{ident.experts_class} = LigerExperts"] if routed else []
+    if not routed:
+        notes.append(
+            f"{ident.experts_class} is left to HF: it takes pre-routed rows, LigerExperts takes "
+            "(x, top_k_index, top_k_weights); the shared expert and the dense layers get LigerSwiGLUMLP."
+        )
     if ident.mlp_class and _swaps_at_class_level(profile, ident.mlp_class):
         classes.append(f"{modeling}.{ident.mlp_class} = {MOE_DENSE_MLP}")
     elif ident.mlp_class:
         notes.append(f"{ident.mlp_class} is patched on instances only: its constructor differs from {MOE_DENSE_MLP}'s.")
-    instance = [f"if {has_experts}:", f"    _patch_swiglu_module({mlp}.{experts}, LigerExperts)"]
-    before, after = _getsource_checks(f"{layer_mlp}.{experts}", "LigerExperts")
-    checks = [(f"not {layer_has_experts} or {before}", f"not {layer_has_experts} or {after}")]
+    instance, checks = [f"if {has_experts}:"], []
+    if routed:
+        instance.append(f"    _patch_swiglu_module({mlp}.{experts}, LigerExperts)")
+        before, after = _getsource_checks(f"{layer_mlp}.{experts}", "LigerExperts")
+        checks.append((f"not {layer_has_experts} or {before}", f"not {layer_has_experts} or {after}"))
     shared = ident.shared_mlp_attr if ident.shared_mlp_class and ident.shared_mlp_class == ident.mlp_class else None
     if shared:
         instance += [
@@ -414,14 +422,18 @@ def _moe_mlp(profile: Profile, notes: list[str]) -> Mlp:
         none = f'not {layer_has_experts} or getattr({layer_mlp}, "{shared}", None) is None'
         before, after = _getsource_checks(f"{layer_mlp}.{shared}", MOE_DENSE_MLP)
         checks.append((f"{none} or {before}", f"{none} or {after}"))
+    if len(instance) == 1:
+        instance.append("    pass  # pre-routed experts stay HF's")
     if ident.mlp_class:
         instance += ["else:", f"    _patch_swiglu_module({mlp}, {MOE_DENSE_MLP})"]
         before, after = _getsource_checks(layer_mlp, MOE_DENSE_MLP)
         checks.append((f"{layer_has_experts} or {before}", f"{layer_has_experts} or {after}"))
+    if not checks:
+        notes.append("The MLP is not patched: nothing in this MoE block has a Liger module.")
+        return None
+    class_statement = "\n".join(classes) or "pass  # every swap is made on instances"
     (first_before, first_after), *rest = checks
-    return Mlp(
-        "swiglu", "SwiGLU", "\n".join(classes), "\n".join(instance), first_before, first_after, extra_checks=tuple(rest)
-    )
+    return Mlp("swiglu", "SwiGLU", class_statement, "\n".join(instance), first_before, first_after, tuple(rest))
 
 
 def plan(profile: Profile) -> Plan:

@@ -108,6 +108,9 @@ class Identity:
     mlp_class: str | None = None
     experts_class: str | None = None  # MoE: the fused experts class (transformers v5)
     experts_attr: str | None = None  # MoE: path from the MoE block to the experts, e.g. "experts"
+    # MoE: how the block calls its experts: "routed" (x, top_k_index, top_k_weights), LigerExperts' convention, or
+    # "pre_routed" (one tensor of rows already grouped per expert, Llama 4), which LigerExperts cannot replace
+    experts_convention: str | None = None
     shared_mlp_attr: str | None = None  # MoE: the block's always-on MLP beside the experts, e.g. "shared_experts"
     shared_mlp_class: str | None = None
     attn_attr: str = "self_attn"  # decoder_layer.<attn_attr> is the attention (holds the attention's norms)

@@ -634,26 +634,11 @@ def decide_mlp_kind(facts: Facts, built: probes.TinyModel) -> Decision:
     if value not in ("swiglu", "geglu", "phi3_swiglu", "relu_squared"):
         reason = f"{value}: Liger has no kernel for this MLP"
         return Decision(value, Method.PROBE, tuple(evidence), Status.NEEDS_REVIEW, reason)
+    proven = " / ".join(f"{c}: {r.matched[0]}" for c, r in found)
     pre_routed = [c for c, r in found if r.convention == probes.PRE_ROUTED]
     if pre_routed:
-        proven = " / ".join(f"{c}: {r.matched[0]}" for c, r in found)
-        return Decision(
-            value, Method.PROBE, tuple(evidence), Status.NEEDS_REVIEW, _pre_routed_reason(pre_routed, proven)
-        )
-    return Decision(value, Method.PROBE, tuple(evidence), Status.SETTLED, " / ".join(r.matched[0] for _, r in found))
-
-
-def _pre_routed_reason(classes: list[str], proven: str) -> str:
-    """Why a proven SwiGLU MoE with pre-routed experts still needs review: the only MoE plan `act` has
-    (`_moe_mlp`) swaps the experts for LigerExperts, whose forward takes (x, top_k_index, top_k_weights)."""
-    names = ", ".join(classes)
-    return (
-        f"every MLP part computes SwiGLU ({proven}), but {names}.forward takes pre-routed hidden states "
-        "([num_experts * tokens, hidden], grouped per expert and scaled by the router), not "
-        "(hidden_states, top_k_index, top_k_weights): LigerExperts cannot replace it, and act's MoE plan would. "
-        "Patching only the dense MLP and shared expert with LigerSwiGLUMLP (as apply_liger_kernel_to_llama4 does) "
-        "needs an act plan that leaves pre-routed experts alone"
-    )
+        proven += f"; {', '.join(pre_routed)} take pre-routed rows: act leaves them to HF, as LigerExperts cannot"
+    return Decision(value, Method.PROBE, tuple(evidence), Status.SETTLED, proven)
 
 
 def decide_structure(facts: Facts, built: probes.TinyModel) -> Decision:
@@ -692,6 +677,11 @@ def decide_rope(facts: Facts, built: probes.TinyModel) -> Decision:
     return _probe_decision(result, result.value, evidence, reason)
 
 
+def _experts_convention(facts: Facts, built: probes.TinyModel) -> str | None:
+    experts = built.experts(facts)
+    return probes.experts_convention(experts) if experts is not None else None
+
+
 def _nothing_reproduces(result: probes.ProbeResult) -> bool:
     """Every candidate ran or was ruled out on the HF call's own inputs, and none matched (a proven "none")."""
     return result.reason == probes.NO_MATCH and bool(result.residuals)
@@ -715,7 +705,7 @@ def _not_rms(norm: dict[str, Decision], family: str | None) -> Decision:
 # -- the stage -------------------------------------------------------------------------------------------------
 
 
-def identity(facts: Facts) -> Identity:
+def identity(facts: Facts, built: probes.TinyModel) -> Identity:
     src, ref = facts.src, facts.ref
     prefix_node = src.class_attribute(ref.causal_lm_class, "base_model_prefix")
     prefix = prefix_node.value.value if prefix_node and isinstance(prefix_node.value, ast.Constant) else facts.base_attr
@@ -737,6 +727,7 @@ def identity(facts: Facts) -> Identity:
         mlp_class=facts.mlp_classes[0] if facts.mlp_classes else None,
         experts_class=facts.experts_class,
         experts_attr=facts.experts_attr,
+        experts_convention=_experts_convention(facts, built),
         shared_mlp_attr=facts.shared_attr,
         shared_mlp_class=facts.shared_class,
         attn_attr=facts.attn_attr or "self_attn",
@@ -775,7 +766,7 @@ def understand(name: str) -> Profile:
         "logit_softcapping": decide_softcapping(facts, config_src),
         "norm_attrs": decide_norm_attrs(facts),
     }
-    return Profile(identity(facts), decisions, {"logits_transform": decide_logits_transform(facts)})
+    return Profile(identity(facts, built), decisions, {"logits_transform": decide_logits_transform(facts)})
 
 
 def modeling_file(profile: Profile) -> Path:

@@ -127,19 +127,29 @@ def test_moe_models(profiles, name):
     assert profiles[name].identity.experts_class.endswith("Experts")
 
 
-def test_llama4_pre_routed_experts_are_proven_swiglu_but_left_for_review(profiles):
-    """Every Llama 4 MLP part probes as SwiGLU, the experts on the pre-routed rows Llama4TextMoe gives them; act's
-    only MoE plan would swap those experts for LigerExperts (a routed forward), so the decision stays for review."""
-    decision = profiles["llama4_text"].decisions["mlp_kind"]
-    assert (decision.value, decision.method, decision.status) == ("swiglu", Method.PROBE, Status.NEEDS_REVIEW)
+def test_llama4_pre_routed_experts_are_proven_swiglu_and_act_leaves_them_to_hf(profiles):
+    """Every Llama 4 MLP part probes as SwiGLU, the experts on the pre-routed rows Llama4TextMoe gives them. The
+    decision is settled; the identity records the calling convention so act patches the shared expert and the
+    dense layers only (LigerExperts takes routed inputs and cannot replace these experts)."""
+    profile = profiles["llama4_text"]
+    decision = profile.decisions["mlp_kind"]
+    assert (decision.value, decision.method, decision.status) == ("swiglu", Method.PROBE, Status.SETTLED)
+    assert profile.identity.experts_convention == "pre_routed"
     probed = {e.probe["module"]: e.probe for e in decision.evidence}
     assert probed["Llama4TextMLP"]["matched"] == ["gated/silu"]  # the shared expert (and dense MLP) class
     experts = probed["Llama4TextExperts"]
     assert experts["calling_convention"] == "pre_routed" and experts["matched"] == ["pre_routed_experts/silu"]
     assert experts["candidates"]["pre_routed_experts/silu"] == {"fp32": 0.0, "bf16": 0.0}
     assert experts["candidates"]["pre_routed_experts/gelu_tanh"]["fp32"] > 1.0  # GeGLU rejected
-    assert "pre-routed" in decision.reason and "LigerExperts cannot replace it" in decision.reason
+    assert "pre-routed rows" in decision.reason
     assert "def forward(self, hidden_states" in "\n".join(e.snippet for e in decision.evidence)
+
+    from pipelines.autopatch import act
+
+    mlp = act.plan(profile).mlp
+    assert "LigerExperts" not in mlp.class_statement + mlp.instance_statement
+    assert "shared_expert, LigerSwiGLUMLP" in mlp.instance_statement
+    assert profiles["mixtral"].identity.experts_convention == "routed"
 
 
 def test_nemotron_layer_norm_1p_relu_squared_partial_rotary(profiles):

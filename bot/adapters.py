@@ -7,7 +7,8 @@ and body. `verify_branch` is what `liger-bot verify` runs on a GPU runner agains
 without one always verifies in the worker.
 
 `bot/` stays ignorant of kernels: every pipeline import happens inside these functions, so the web process never
-loads torch or transformers.
+loads torch or transformers. The worker's rows (PIPELINES) run understand and act + verify in a child process
+(bot.isolation): those stages run the target repository's code.
 """
 
 from __future__ import annotations
@@ -327,10 +328,23 @@ def fuse_act_verify(request: Request, progress: Progress) -> Outcome:
 
 # --- the table ----------------------------------------------------------------------------------------------
 
+# In process: what the stage's child runs (bot.isolation), and `liger-bot verify` on a runner holding no secrets.
+AUTOPATCH = autopatch_adapter()
+KERNEL = Adapter(no_settings, kernel_understand, kernel_act_verify, kernel_profile_table, verify_kernel_branch)
+FUSE = Adapter(no_settings, fuse_understand, fuse_act_verify, fuse_profile_table)
+
+
+def in_child(adapter: Adapter, name: str) -> Adapter:
+    from bot.isolation import isolated
+
+    return isolated(adapter, f"{__name__}:{name}")
+
+
+# What the worker runs: each stage in a child process, away from the App's key and tokens.
 PIPELINES: dict[str, Adapter] = {
-    "autopatch": autopatch_adapter(),
-    "kernel": Adapter(no_settings, kernel_understand, kernel_act_verify, kernel_profile_table, verify_kernel_branch),
-    "fuse": Adapter(no_settings, fuse_understand, fuse_act_verify, fuse_profile_table),
+    "autopatch": in_child(AUTOPATCH, "AUTOPATCH"),
+    "kernel": in_child(KERNEL, "KERNEL"),
+    "fuse": in_child(FUSE, "FUSE"),
 }
 
 

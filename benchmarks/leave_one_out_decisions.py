@@ -28,6 +28,7 @@ from dataclasses import dataclass
 from dataclasses import field
 from pathlib import Path
 
+from benchmarks import notes
 from pipelines import target
 from pipelines.autopatch.profile import DECISION_KEYS
 from pipelines.autopatch.resolve import mappings
@@ -575,16 +576,8 @@ Only `ours-wrong` counts against us; the other categories say why Liger's value 
 
 def write_notes(path: Path, body: str) -> None:
     """Replace this benchmark's own section of NOTES.md (other sections belong to other benchmarks)."""
-    text = path.read_text() if path.exists() else "# Benchmark notes\n"
     regenerate = f"Regenerate: `python -m benchmarks.leave_one_out_decisions --notes {path}`"
-    section = f"{NOTES_SECTION}\n\n{regenerate}\n\n{NOTES_PREAMBLE}\n\n{body}\n"
-    start = text.find(NOTES_SECTION)
-    if start < 0:
-        path.write_text(text.rstrip("\n") + "\n\n" + section)
-        return
-    end = text.find("\n## ", start + len(NOTES_SECTION))
-    rest = text[end + 1 :] if end >= 0 else ""
-    path.write_text(text[:start] + section + ("\n" + rest if rest else ""))
+    notes.replace_section(path, NOTES_SECTION, f"{NOTES_SECTION}\n\n{regenerate}\n\n{NOTES_PREAMBLE}\n\n{body}\n")
 
 
 def main(argv: list[str] | None = None) -> int:

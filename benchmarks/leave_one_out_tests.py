@@ -21,6 +21,7 @@ import sys
 import time
 from pathlib import Path
 
+from benchmarks import notes
 from pipelines import target
 from pipelines.autopatch import act
 from pipelines.autopatch import removal
@@ -168,15 +169,7 @@ def summary(rows: list[dict], baseline_failing: list[str], baseline_total: int) 
 
 def write_notes(path: Path, body: str, command: str) -> None:
     """Replace this benchmark's own section of NOTES.md (other sections belong to other benchmarks)."""
-    text = path.read_text() if path.exists() else "# Benchmark notes\n"
-    section = f"{NOTES_SECTION}\n\n    {command}\n\n{NOTES_PREFACE}\n\n{body}\n"
-    start = text.find(NOTES_SECTION)
-    if start < 0:
-        path.write_text(text.rstrip("\n") + "\n\n" + section)
-        return
-    end = text.find("\n## ", start + len(NOTES_SECTION))
-    rest = text[end + 1 :] if end >= 0 else ""
-    path.write_text(text[:start] + section + ("\n" + rest if rest else ""))
+    notes.replace_section(path, NOTES_SECTION, f"{NOTES_SECTION}\n\n    {command}\n\n{NOTES_PREFACE}\n\n{body}\n")
 
 
 def default_models(root: Path) -> list[str]:

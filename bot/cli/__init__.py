@@ -17,6 +17,11 @@ from typing import TextIO
 from pipelines.outcome import ExitStatus
 from pipelines.outcome import PipelineError
 
+DESCRIPTION = (
+    "Kernel engineering for Liger-Kernel: autopatch HF models, write Triton kernels, rewrite traced graphs, "
+    "and the GitHub App that runs them. Exit statuses: 0 done, 1 unexpected failure, 2 usage, 3 refused, "
+    "4 a verify gate failed."
+)
 COMMAND_MODULES = (
     "bot.cli.target",
     "bot.cli.autopatch",
@@ -47,7 +52,7 @@ class UI:
 
 
 def build_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(prog="liger-bot", description=__doc__.splitlines()[0])
+    parser = argparse.ArgumentParser(prog="liger-bot", description=DESCRIPTION)
     subparsers = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
     for name in COMMAND_MODULES:
         importlib.import_module(name).register(subparsers)

@@ -52,6 +52,14 @@ class Queue:
     def pending(self) -> int:
         return self.huey.pending_count()
 
+    def run_pending(self, limit: int = 50) -> int:
+        """Run queued tasks in this thread, in order, without a consumer (replay --inline and the tests)."""
+        ran = 0
+        while ran < limit and (task := self.huey.dequeue()) is not None:
+            self.huey.execute(task)
+            ran += 1
+        return ran
+
     def _handle_delivery(self, delivery_id: str) -> None:
         if self._on_delivery is None:
             raise RuntimeError("this process only enqueues (no worker bound)")

@@ -95,12 +95,7 @@ class App:
         runtime.queue.bind(self.worker.handle_delivery, self.worker.advance)
 
     def drain(self, limit: int = 50) -> int:
-        """Run every queued task in this thread, in order (the real SQLite queue, no consumer process)."""
-        huey, ran = self.runtime.queue.huey, 0
-        while ran < limit and (task := huey.dequeue()) is not None:
-            huey.execute(task)
-            ran += 1
-        return ran
+        return self.runtime.queue.run_pending(limit)
 
     def jobs(self):
         return self.store.jobs()

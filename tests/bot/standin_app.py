@@ -44,11 +44,7 @@ class Bot:
         runtime.queue.bind(self.worker.handle_delivery, self.worker.advance)
 
     def drain(self, limit: int = 50) -> int:
-        huey, ran = self.runtime.queue.huey, 0
-        while ran < limit and (task := huey.dequeue()) is not None:
-            huey.execute(task)
-            ran += 1
-        return ran
+        return self.runtime.queue.run_pending(limit)
 
     def say(self, issue: int, body: str, login: str = STANDIN_MAINTAINER) -> dict:
         """A comment made on the stand-in, and its signed `issue_comment.created` payload (the published example's

@@ -13,6 +13,7 @@ from tests.bot.test_handlers import remote_branch
 from tests.bot.test_handlers import replies
 from tests.bot.test_handlers import say
 from tests.bot.test_handlers import status_comments
+from tests.pipelines.fuse import tiny_model
 
 
 def test_help_lists_the_kernel_and_fuse_verbs(server, app):
@@ -54,25 +55,6 @@ def test_a_fuse_comment_naming_no_file_of_the_repository_fails_before_anything_r
     assert app.forge.state["pulls"] == {}
 
 
-TINY_MODEL = """import torch
-from torch import nn
-
-
-class Tiny(nn.Module):
-    def __init__(self):
-        super().__init__()
-        self.lin = nn.Linear(8, 8)
-
-    def forward(self, x, bias):
-        return torch.tanh(self.lin(x) * 0.5 + bias).sum(-1)
-
-
-def make():
-    torch.manual_seed(0)
-    return Tiny(), (torch.randn(4, 8), torch.randn(8))
-"""
-
-
 def commit_to_default_branch(app, tmp_path, path: str, text: str) -> None:
     work = tmp_path / "maintainer"
     subprocess.run(["git", "clone", "-q", str(app.forge.remote), str(work)], check=True)
@@ -86,7 +68,7 @@ def commit_to_default_branch(app, tmp_path, path: str, text: str) -> None:
 
 @pytest.mark.slow
 def test_a_fuse_comment_runs_the_real_fuse_pipeline_to_a_draft_pr(server, app, tmp_path):
-    commit_to_default_branch(app, tmp_path, "models/tiny.py", TINY_MODEL)
+    commit_to_default_branch(app, tmp_path, "models/tiny.py", tiny_model.SOURCE)
     app.forge.set_file(".github/liger-bot.yml", "autonomous: true\n")
     say(server, app, "/liger fuse models/tiny.py:make")
     (job,) = app.jobs()

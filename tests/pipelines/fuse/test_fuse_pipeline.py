@@ -2,34 +2,15 @@
 
 import io
 import json
-import textwrap
 
 from bot.cli import program
 from pipelines.outcome import ExitStatus
-
-MODEL = textwrap.dedent("""
-    import torch
-    from torch import nn
-
-
-    class Tiny(nn.Module):
-        def __init__(self):
-            super().__init__()
-            self.lin = nn.Linear(8, 8)
-
-        def forward(self, x, bias):
-            return torch.tanh(self.lin(x) * 0.5 + bias).sum(-1)
-
-
-    def make():
-        torch.manual_seed(0)
-        return Tiny(), (torch.randn(4, 8), torch.randn(8))
-""")
+from tests.pipelines.fuse import tiny_model
 
 
 def test_fuse_writes_a_verified_pass_on_a_branch(tmp_path, liger_checkout):
     model = tmp_path / "model.py"
-    model.write_text(MODEL)
+    model.write_text(tiny_model.SOURCE)
     out, err = io.StringIO(), io.StringIO()
     status = program(["fuse", f"{model}:make", "--repo", str(liger_checkout.root), "--json"], {}, out, err)
     assert status == ExitStatus.OK, err.getvalue()

@@ -94,6 +94,9 @@ def context(u: Understanding) -> dict:
         "first_column": next((w.name for w in u.weights if not w.scalar), ""),
         "state_keys": {w.state_key: w.name for w in u.weights},
         "reference_imports": ref.imports,
+        # a test module of the target may switch torch.use_deterministic_algorithms on when imported (Liger's
+        # test_rms_norm.py does); then every torch.empty fills its memory, which the benchmark must not time
+        "reference_from_tests": any(line.startswith("from test.") for line in ref.imports),
         "reference_code": ref.code.rstrip() + "\n",
         "reference_class": ref.class_name,
         "fp32_tol": ("1e-4", "1e-5") if tier2 else ("1e-5", "1e-5"),

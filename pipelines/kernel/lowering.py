@@ -375,6 +375,7 @@ class Lowering:
     def _sym_size(self, node: torch.fx.Node) -> None:
         tensor, dim = node.args
         size = str(tensor.meta["val"].shape[dim])
+        self.deps[node.name] = set()  # a size is a kernel argument (n_rows, n_cols): the tensor need not be loaded
         self.kinds[node.name] = Kind.SCALAR
         self.refs[node.name] = {str(self.cols): "n_cols", str(self.rows): "n_rows"}.get(size, size)
 

@@ -5,6 +5,7 @@ import ast
 import io
 
 import pytest
+import torch
 
 from bot.cli import program
 from pipelines import render
@@ -112,6 +113,22 @@ def test_every_kernel_template_renders_and_parses(liger_checkout):
     used |= {"kernel/module.py.j2", "kernel/unit_test.py.j2", "kernel/benchmark.py.j2", "kernel/exports.py.j2"}
     used |= {"kernel/functional_fn.py.j2"}
     assert {t for t in render.template_names() if t.startswith("kernel/")} == used
+
+
+def test_a_benchmark_whose_reference_comes_from_the_targets_tests_turns_determinism_back_off(liger_checkout):
+    # Liger's test_rms_norm.py calls torch.use_deterministic_algorithms(True) at import; in that mode every
+    # torch.empty the kernel makes fills its memory first, and the benchmark would time that write
+    before = torch.are_deterministic_algorithms_enabled()
+    benchmarks = {}
+    for text in ("test/transformers/test_rms_norm.py:LlamaRMSNorm", "relu2"):
+        u = understand.understand(spec.resolve(text, liger_checkout.root, "norm_probe"), liger_checkout.root)
+        benchmarks[text] = next(src for path, src in act.render_files(u).items() if "benchmark/scripts" in path)
+    assert torch.are_deterministic_algorithms_enabled() == before
+    from_tests = benchmarks["test/transformers/test_rms_norm.py:LlamaRMSNorm"]
+    assert "from test.transformers.test_rms_norm import LlamaRMSNorm" in from_tests
+    assert "device = infer_device()\n\n# the reference's test module" in from_tests
+    assert "torch.use_deterministic_algorithms(False)" in from_tests
+    assert "use_deterministic_algorithms" not in benchmarks["relu2"]
 
 
 @pytest.mark.parametrize(

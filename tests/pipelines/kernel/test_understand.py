@@ -37,6 +37,13 @@ def test_norm_with_weight_is_rowwise_with_runtime_eps_and_a_weight_gradient(tmp_
     assert any("n_cols" in s.expr for s in u.forward.stmts)  # the mean divides by the runtime width
 
 
+def test_a_parameter_only_the_backward_shape_refers_to_is_not_loaded(tmp_path):
+    # dbias = dy summed over rows, viewed to bias's size: the size is n_cols, bias itself is never read
+    u = _understand_source(tmp_path, "def affine(x, weight, bias):\n    return x * weight + bias\n", "affine")
+    assert u.backward.col_sums["dbias"] == "dy"
+    assert set(u.backward.loads) == {"x", "weight", "dy"}
+
+
 def test_prelu_scalar_weight_gradient_is_a_whole_tensor_sum(tmp_path):
     u = understand.understand(spec.resolve("prelu", tmp_path), tmp_path)
     assert u.tier == Tier.ELEMENTWISE

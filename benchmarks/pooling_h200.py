@@ -1,7 +1,7 @@
 # ruff: noqa: B023  (each benchmark lambda is timed within the loop iteration that defines it)
 """All GPU measurements of the fuse / pooling work in one run: correctness, kernel timings, the demo encoder.
 
-    python3 benchmarks/pooling_h200.py --out $OUT/pooling_h200.json [--v1 .pooling_v1]
+    python3 benchmarks/pooling_h200.py --out $OUT/pooling_h200.json [--v1 .pooling_v1] [--sections sweep ...]
 
 `--v1 DIR` names a folder holding the previous kernel (commit 34a3c0b's pooling.py / pooling_kernels.py, ops
 renamed to liger_fuse_v1::) so old and new run on the same machine in the same call. Every section records
@@ -24,6 +24,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 import torch  # noqa: E402
 import torch.nn.functional as F  # noqa: E402
 import triton  # noqa: E402
+import triton.language as tl  # noqa: E402
 from triton.testing import do_bench  # noqa: E402
 
 from pipelines.fuse import recsys  # noqa: E402
@@ -32,12 +33,14 @@ from pipelines.fuse.runtime import families  # noqa: E402
 from pipelines.fuse.runtime import pooling  # noqa: E402
 
 B, N, D = 1024, 205_829, 256
-V2_SWEEP = {  # (R, BLOCK_N, BLOCK_D, num_warps, num_stages); R is a runtime argument (no recompile)
-    torch.float32: [(256, 16, 256, 4, 2), (1024, 16, 256, 4, 2), (512, 32, 256, 8, 2), (512, 16, 128, 4, 2),
-                    (512, 8, 256, 4, 3), (512, 32, 256, 4, 2)],
-    torch.bfloat16: [(256, 32, 256, 4, 2), (1024, 32, 256, 4, 2), (512, 64, 256, 8, 2), (512, 16, 256, 4, 2),
-                     (512, 32, 128, 4, 2), (512, 32, 256, 8, 3)],
-}  # fmt: skip
+DEMO_D = 128  # the demo encoder's embedding width; its lengths are 1..400 per history
+# (BLOCK_N, UNROLL, BLOCK_D, num_warps, LOOP_STAGES) for the anchor shape; R is a runtime argument (no recompile)
+ANCHOR_SWEEP = [
+    (bn, u, bd, w, 1) for bn in (16, 32, 64) for u in (1, 2, 4) for bd in (128, 256) for w in (4, 8) if bn * u <= 128
+] + [(16, 1, 256, 4, 3), (32, 1, 256, 4, 3), (32, 1, 128, 4, 3), (64, 1, 256, 8, 3)]
+DEMO_SWEEP = [
+    (bn, u, bd, w, 1) for bn, u in ((16, 1), (32, 1), (16, 4), (32, 2), (32, 4), (64, 2)) for bd in (64, 128) for w in (4, 8)
+]  # fmt: skip
 
 
 def section(report: dict, name: str, fn, *args):
@@ -198,9 +201,6 @@ def bench_kernels(g, v1):
             }
             if v1 is not None:
                 fwd["v1_default"] = lambda: v1.partitioned_mean_forward(v, off)
-            for r, bn, bd, w, s in V2_SWEEP[dtype]:
-                cfg = {"R": r, "BLOCK_N": bn, "BLOCK_D": bd, "num_warps": w, "num_stages": s}
-                fwd[f"v2_R{r}_N{bn}_D{bd}_w{w}_s{s}"] = lambda cfg=cfg: pooling.partitioned_mean_forward(v, off, cfg)
             bwd = {
                 "v2_bwd_default": lambda: pooling.partitioned_mean_backward(grad, off, N),
                 "repeat_interleave_bwd": lambda: torch.repeat_interleave(
@@ -228,6 +228,231 @@ def bench_kernels(g, v1):
             )
             print(kind, dtype, {k: x if isinstance(x, dict) else round(x, 4) for k, x in res.items()}, flush=True)
     return rows
+
+
+def device_us(fn, match: str, calls: int = 10, flush: str = "dirty") -> float:
+    """Device time per call of the kernels whose name holds `match`, L2 flushed before each call (profiler).
+
+    flush "dirty" zeroes 256 MB as do_bench does: L2 is left full of dirty lines the timed kernel then writes back
+    (~60 MB); "clean" reads 256 MB instead, so the timed kernel starts from a cold L2 with nothing to write back."""
+    from torch.profiler import ProfilerActivity
+    from torch.profiler import profile
+
+    buffer = torch.ones(256 * 2**20 // 4, dtype=torch.int, device="cuda")
+    clear = buffer.zero_ if flush == "dirty" else buffer.max
+    fn()
+    torch.cuda.synchronize()
+    with profile(activities=[ProfilerActivity.CUDA]) as prof:
+        for _ in range(calls):
+            clear()
+            fn()
+        torch.cuda.synchronize()
+    flushes = ("FillFunctor", "reduce_kernel")
+    events = [
+        e
+        for e in prof.key_averages()
+        if e.device_type == torch.autograd.DeviceType.CUDA and match in e.key and not any(f in e.key for f in flushes)
+    ]
+    return sum(e.self_device_time_total for e in events) / calls
+
+
+def demo_lengths(g) -> torch.Tensor:
+    return torch.randint(1, 401, (B,), generator=g)
+
+
+def sweep_case(values, off, configs, rs=(512,)):
+    counters = torch.zeros(off.numel() * 4, dtype=torch.int32, device="cuda")
+    out = {}
+    for bn, u, bd, w, st in configs:
+        for r in rs:
+            cfg = {
+                "R": r,
+                "BLOCK_N": bn,
+                "BLOCK_D": bd,
+                "num_warps": w,
+                "num_stages": 2,
+                "UNROLL": u,
+                "LOOP_STAGES": st,
+            }
+            name = f"R{r}_N{bn}_U{u}_D{bd}_w{w}_s{st}"
+            try:
+                out[name] = device_us(
+                    lambda cfg=cfg: pooling.partitioned_mean_forward(values, off, cfg, counters=counters),
+                    "partitioned_mean_fwd_kernel",
+                )
+            except Exception as error:  # one bad config (out of resources) must not stop the sweep
+                out[name] = repr(error)[:200]
+    return out
+
+
+def sweep(g):
+    """Forward kernel time per launch config: the anchor shape (3 length distributions x 2 dtypes) and the demo's."""
+    result = {"anchor": {}, "demo": {}}
+    for dtype in (torch.float32, torch.bfloat16):
+        for kind in ("uniform", "skewed", "single"):
+            off = offsets_of(lengths_for(kind, g))
+            values = torch.randn(N, D, device="cuda", dtype=dtype)
+            result["anchor"][f"{kind}/{dtype}"] = sweep_case(values, off, ANCHOR_SWEEP)
+            print("sweep", kind, dtype, flush=True)
+    off = offsets_of(demo_lengths(g))
+    values = torch.randn(int(off[-1]), DEMO_D, device="cuda")
+    result["demo"]["fp32"] = sweep_case(values, off, DEMO_SWEEP, rs=(128, 256, 512))
+    result["best"] = best_configs(result)
+    return result
+
+
+def best_configs(result) -> dict:
+    """Per dtype: the config with the least summed time over the three anchor distributions; the demo's best."""
+    best = {}
+    for dtype in ("torch.float32", "torch.bfloat16"):
+        cases = [v for k, v in result["anchor"].items() if k.endswith(dtype)]
+        totals = {n: sum(c[n] for c in cases) for n in cases[0] if all(isinstance(c[n], float) for c in cases)}
+        name = min(totals, key=totals.get)
+        best[dtype] = {
+            "config": name,
+            **{k.split("/")[0]: result["anchor"][k][name] for k in result["anchor"] if k.endswith(dtype)},
+        }
+    demo = {n: t for n, t in result["demo"]["fp32"].items() if isinstance(t, float)}
+    best["demo_fp32"] = {"config": min(demo, key=demo.get), "us": min(demo.values())}
+    return best
+
+
+def demo_interleaved(rounds: int = 5, steps: int = 20):
+    """Step time of the pass and the hand-vectorised compiled encoders, timed in alternating rounds: the host noise
+    that made two runs of one variant differ by 0.4 ms hits every variant alike."""
+    size = recsys.DemoSize.for_device("cuda")
+    data = recsys.batches(size, steps + 1, "cuda")
+    torch.manual_seed(0)
+    base = recsys.NaiveEncoder(size).cuda()
+
+    def fresh(cls=recsys.NaiveEncoder):
+        m = cls(size).cuda()
+        m.load_state_dict(base.state_dict())
+        return m
+
+    torch._dynamo.reset()
+    models = {
+        "pass_triton_op": fuse_compile(fresh()),
+        "SegmentReduceEncoder_compiled": torch.compile(fresh(recsys.SegmentReduceEncoder)),
+        "IndexAddEncoder_compiled": torch.compile(fresh(recsys.IndexAddEncoder)),
+    }
+    first = {name: recsys.timed_steps(model, data[:3], "cuda")[0] for name, model in models.items()}
+    per_round = {name: [] for name in models}
+    for _ in range(rounds):
+        for name, model in models.items():
+            per_round[name].append(recsys.timed_steps(model, data, "cuda")[1])
+    stats = models["pass_triton_op"].liger_fuse_stats
+    profiles = {name: profile_steps(models[name], data) for name in ("pass_triton_op", "SegmentReduceEncoder_compiled")}
+    return {
+        "gpu_profile": profiles,
+        "rounds_ms": per_round,
+        "median_of_rounds_ms": {n: sorted(v)[len(v) // 2] for n, v in per_round.items()},
+        "first_step_s": first,
+        "pass_graphs_compiled": stats.graphs_compiled,
+    }
+
+
+@triton.jit
+def _stream_rows_kernel(values_ptr, out_ptr, D, ROWS: tl.constexpr, BLOCK_D: tl.constexpr):
+    """The floor for reading [N, D]: program i sums rows [i*ROWS, (i+1)*ROWS) (N divisible), no partitions."""
+    rows = tl.program_id(0).to(tl.int64) * ROWS + tl.arange(0, ROWS)
+    cols = tl.program_id(1) * BLOCK_D + tl.arange(0, BLOCK_D)
+    tile = tl.load(values_ptr + rows[:, None] * D + cols[None, :]).to(tl.float32)
+    tl.store(out_ptr + tl.program_id(0).to(tl.int64) * D + cols, tl.sum(tile, axis=0))
+
+
+def read_floor():
+    """What reading the anchor's values costs without any partition logic: copy, a streaming Triton read, sum(0)."""
+    result = {}
+    rows = N // 64 * 64
+    for dtype in (torch.float32, torch.bfloat16):
+        values = torch.randn(rows, D, device="cuda", dtype=dtype)
+        copy = torch.empty_like(values)
+        res = {"bytes_read": values.numel() * values.element_size()}
+        res["copy_us"] = device_us(lambda: copy.copy_(values), "")  # "": every kernel but the L2 flush
+        for block_rows, block_d, warps in ((64, 256, 4), (64, 128, 4), (32, 256, 4), (128, 128, 8)):
+            out = torch.empty(rows // block_rows, D, device="cuda")
+            grid = (rows // block_rows, D // block_d)
+            res[f"stream_R{block_rows}_D{block_d}_w{warps}_us"] = device_us(
+                lambda: _stream_rows_kernel[grid](values, out, D, block_rows, block_d, num_warps=warps), "_stream_rows"
+            )
+        res["sum0_us"] = device_us(lambda: values.sum(0), "")
+        result[str(dtype)] = res
+    return result
+
+
+def clean_l2():
+    """The anchor forward (defaults), a streaming read and a copy of the same values, timed after a read-only flush."""
+    result = {}
+    rows = N // 64 * 64
+    g = torch.Generator().manual_seed(1)
+    for dtype in (torch.float32, torch.bfloat16):
+        values = torch.randn(rows, D, device="cuda", dtype=dtype)
+        copy = torch.empty_like(values)
+        out = torch.empty(rows // 64, D, device="cuda")
+        res = {}
+        for flush in ("dirty", "clean"):
+            res[f"copy_us_{flush}"] = device_us(lambda: copy.copy_(values), "", flush=flush)
+            res[f"stream_us_{flush}"] = device_us(
+                lambda: _stream_rows_kernel[(rows // 64, 2)](values, out, D, 64, 128, num_warps=4),
+                "_stream",
+                flush=flush,
+            )
+            for kind in ("uniform", "skewed", "single"):
+                off = offsets_of(lengths_for(kind, g))
+                off = off.clamp(max=rows)
+                counters = torch.zeros(off.numel() * 4, dtype=torch.int32, device="cuda")
+                res[f"pool_{kind}_us_{flush}"] = device_us(
+                    lambda: pooling.partitioned_mean_forward(values, off, counters=counters), "fwd_kernel", flush=flush
+                )
+        result[str(dtype)] = res
+    return result
+
+
+@triton.jit
+def _stream_flat_kernel(values_ptr, out_ptr, BLOCK: tl.constexpr):
+    """The purest read: program i sums elements [i*BLOCK, (i+1)*BLOCK) of a flat buffer (size divisible)."""
+    offsets = tl.program_id(0).to(tl.int64) * BLOCK + tl.arange(0, BLOCK)
+    tl.store(out_ptr + tl.program_id(0), tl.sum(tl.load(values_ptr + offsets).to(tl.float32), axis=0))
+
+
+def read_sizes():
+    """Time to read n bytes (flat streaming read) and to copy them, fp32 and bf16, 26 MB .. 844 MB, dirty and clean
+    L2: a fixed cost shows up as the intercept of time over bytes, the bandwidth as its slope."""
+    result = {}
+    block = 8192
+    for dtype in (torch.float32, torch.bfloat16):
+        rows = []
+        for mb in (26, 53, 105, 211, 422, 844):
+            n = mb * 2**20 // torch.tensor([], dtype=dtype).element_size() // block * block
+            values = torch.randn(n, device="cuda", dtype=dtype)
+            copy = torch.empty_like(values)
+            out = torch.empty(n // block, device="cuda")
+            row = {"bytes": n * values.element_size()}
+            for flush in ("dirty", "clean"):
+                row[f"read_us_{flush}"] = device_us(
+                    lambda: _stream_flat_kernel[(n // block,)](values, out, block, num_warps=8), "_stream", flush=flush
+                )
+                row[f"copy_us_{flush}"] = device_us(lambda: copy.copy_(values), "", flush=flush)
+            rows.append(row)
+        result[str(dtype)] = rows
+    return result
+
+
+def backward_sweep(g):
+    result = {}
+    for dtype in (torch.float32, torch.bfloat16):
+        for kind in ("uniform", "skewed", "single"):
+            off = offsets_of(lengths_for(kind, g))
+            grad = torch.randn(off.numel() - 1, D, device="cuda", dtype=dtype)
+            row = {}
+            for bn, bd, w in ((32, 256, 4), (32, 128, 4), (16, 256, 4), (64, 256, 8), (64, 128, 4)):
+                cfg = {"R": 512, "BLOCK_N": bn, "BLOCK_D": bd, "num_warps": w, "num_stages": 2}
+                row[f"N{bn}_D{bd}_w{w}"] = device_us(
+                    lambda cfg=cfg: pooling.partitioned_mean_backward(grad, off, N, cfg), "partitioned_mean_bwd_kernel"
+                )
+            result[f"{kind}/{dtype}"] = row
+    return result
 
 
 def copy_bandwidth():
@@ -341,6 +566,7 @@ def main():
     parser = argparse.ArgumentParser()
     parser.add_argument("--out", default="pooling_h200.json")
     parser.add_argument("--v1", default=None, help="folder with the previous kernel (pooling_v1.py)")
+    parser.add_argument("--sections", nargs="*", help="run only these sections (default: all)")
     args = parser.parse_args()
     g = torch.Generator().manual_seed(0)
     v1 = load_v1(args.v1)
@@ -352,13 +578,22 @@ def main():
         "v1_loaded": v1 is not None,
     }
     t = time.time()
-    for name, fn, *rest in (
+    sections = (
         ("copy_GBps", copy_bandwidth),
         ("correctness", correctness, g),
+        ("sweep", sweep, g),
+        ("backward_sweep", backward_sweep, g),
+        ("read_floor", read_floor),
+        ("clean_l2", clean_l2),
+        ("read_sizes", read_sizes),
         ("kernels", bench_kernels, g, v1),
         ("inductor_inlines_kernels", inlined_by_inductor),
         ("demo", bench_demo, v1),
-    ):
+        ("demo_interleaved", demo_interleaved),
+    )
+    for name, fn, *rest in sections:
+        if args.sections and name not in args.sections:
+            continue
         section(report, name, fn, *rest)
         Path(args.out).write_text(json.dumps(report, indent=1))  # what a timeout leaves still comes back
     report["wall_s"] = time.time() - t

@@ -34,17 +34,36 @@ def _kernels():
     return pooling_kernels
 
 
-def launch_config(total_rows: int, width: int, device: torch.device, dtype: torch.dtype = torch.float32) -> dict:
+def launch_config(
+    total_rows: int, width: int, device: torch.device, dtype: torch.dtype = torch.float32, backward: bool = False
+) -> dict:
     """R (rows a program reduces; a longer partition is split), BLOCK_N rows per step, BLOCK_D columns."""
     block_d = min(256, triton_next_power_of_2(max(width, 1)))
     if device.type != "cuda":
         # the interpreter prefers few, large programs; R stays small enough that tests split partitions
-        return {"R": max(4, triton_next_power_of_2(max(total_rows // 4, 1))), "BLOCK_N": 4, "BLOCK_D": block_d}
-    # H200 sweep (benchmarks/NOTES.md, fuse / pooling): best summed over uniform, skewed and single lengths
-    if dtype == torch.bfloat16:
+        rows = max(4, triton_next_power_of_2(max(total_rows // 4, 1)))
+        return {"R": rows, "BLOCK_N": 4, "BLOCK_D": block_d, **({} if backward else FORWARD_DEFAULTS)}
+    if backward:  # stores only: nothing to keep in flight (run 3: 81-85% of copy)
         return {"R": 512, "BLOCK_N": 32, "BLOCK_D": block_d, "num_warps": 4, "num_stages": 2}
-    # run 3: BLOCK_N=16 took 0.140 / 0.128 / 0.116 ms, BLOCK_N=32 0.080 / 0.075 / 0.074 ms (uniform / skewed / single)
-    return {"R": 512, "BLOCK_N": 32, "BLOCK_D": block_d, "num_warps": 4, "num_stages": 2}
+    # H200 sweep of 36 configs (benchmarks/NOTES.md, fuse / pooling, run 4): least forward kernel time summed over
+    # uniform, skewed and single lengths at B=1024, N=205,829, D=256. fp32 keeps 4 tiles of loads in flight;
+    # bf16 does best with the loop software-pipelined instead.
+    block_d = min(128, block_d)
+    if dtype == torch.bfloat16:
+        return {
+            "R": 512,
+            "BLOCK_N": 32,
+            "BLOCK_D": block_d,
+            "num_warps": 4,
+            "num_stages": 2,
+            "UNROLL": 1,
+            "LOOP_STAGES": 3,
+        }
+    return {"R": 512, "BLOCK_N": 32, "BLOCK_D": block_d, "num_warps": 4, "num_stages": 2, "UNROLL": 4, "LOOP_STAGES": 1}
+
+
+# a traced launch (wrap_triton) must name every kernel argument: constexpr defaults are not applied there
+FORWARD_DEFAULTS = {"UNROLL": 1, "LOOP_STAGES": 1}
 
 
 def triton_next_power_of_2(n: int) -> int:
@@ -84,7 +103,7 @@ def partitioned_mean_forward(
     offsets = offsets.to(torch.int64).contiguous()
     n, d = values.shape
     b = offsets.shape[0] - 1
-    cfg = dict(config or launch_config(n, d, values.device, values.dtype))
+    cfg = {**FORWARD_DEFAULTS, **(config or launch_config(n, d, values.device, values.dtype))}
     rows_per_program = cfg.pop("R")
     grid = (b + n // rows_per_program, _cdiv(d, cfg["BLOCK_D"]))
     out = values.new_empty(b, d)
@@ -102,7 +121,7 @@ def partitioned_mean_backward(
     grad_out = grad_out.contiguous()
     offsets = offsets.to(torch.int64).contiguous()
     b, d = grad_out.shape
-    cfg = dict(config or launch_config(rows, d, grad_out.device, grad_out.dtype))
+    cfg = dict(config or launch_config(rows, d, grad_out.device, grad_out.dtype, backward=True))
     rows_per_program = cfg.pop("R")
     grad_values = grad_out.new_empty(rows, d)
     grid = (b + rows // rows_per_program, _cdiv(d, cfg["BLOCK_D"]))
@@ -122,9 +141,9 @@ def _prefix(counts: list[int]) -> list[int]:
     return out
 
 
-def _grouped_plan(rows: list[int], widths: list[int], partitions: list[int], device, dtype):
+def _grouped_plan(rows: list[int], widths: list[int], partitions: list[int], device, dtype, backward=False):
     """(config, rows per program, program base per feature, grid, [B, N, D, first counter] per feature)."""
-    cfg = launch_config(max(rows), max(widths), device, dtype)
+    cfg = launch_config(max(rows), max(widths), device, dtype, backward)
     rows_per_program = cfg.pop("R")
     tile_base = _prefix([b + n // rows_per_program for b, n in zip(partitions, rows, strict=True)])
     counter_base = _prefix(partitions)
@@ -177,7 +196,9 @@ def grouped_partitioned_mean_backward(grads: list[torch.Tensor], offsets: list[t
     offsets = [o.to(torch.int64).contiguous() for o in offsets]
     widths = [g.shape[1] for g in grads]
     partitions = [g.shape[0] for g in grads]
-    cfg, rows_per_program, grid, (tile_base, shapes) = _grouped_plan(rows, widths, partitions, device, grads[0].dtype)
+    cfg, rows_per_program, grid, (tile_base, shapes) = _grouped_plan(
+        rows, widths, partitions, device, grads[0].dtype, backward=True
+    )
     grad_values = [
         torch.empty(n, d, dtype=g.dtype, device=device) for n, d, g in zip(rows, widths, grads, strict=False)
     ]

@@ -72,6 +72,8 @@ def _pool_tile(
     LOG_B: tl.constexpr,
     BLOCK_N: tl.constexpr,
     BLOCK_D: tl.constexpr,
+    UNROLL: tl.constexpr,
+    LOOP_STAGES: tl.constexpr,
 ):
     b, start, end, k, tiles, first_boundary = _tile(offsets_ptr, B, p, R, LOG_B)
     if k < tiles:
@@ -81,10 +83,13 @@ def _pool_tile(
         hi = tl.minimum(end, lo + R)
         rows0 = tl.arange(0, BLOCK_N)
         acc = tl.zeros((BLOCK_N, BLOCK_D), dtype=tl.float32)
-        for r in range(lo, hi, BLOCK_N):
-            rows = r + rows0
-            mask = (rows < hi)[:, None] & col_mask[None, :]
-            acc += tl.load(values_ptr + rows[:, None] * D + cols[None, :], mask=mask, other=0.0).to(tl.float32)
+        # UNROLL independent tile loads per step keep more bytes in flight per program: a short partition is
+        # otherwise a chain of load-latency waits (bf16 moves half the bytes per tile of fp32)
+        for r in tl.range(lo, hi, BLOCK_N * UNROLL, num_stages=LOOP_STAGES):
+            for u in tl.static_range(UNROLL):
+                rows = r + u * BLOCK_N + rows0
+                mask = (rows < hi)[:, None] & col_mask[None, :]
+                acc += tl.load(values_ptr + rows[:, None] * D + cols[None, :], mask=mask, other=0.0).to(tl.float32)
         total = tl.sum(acc, axis=0)
         count = tl.maximum(end - start, 1).to(tl.float32)
         out_ty = out_ptr.dtype.element_ty
@@ -165,6 +170,8 @@ def partitioned_mean_fwd_kernel(
     LOG_B: tl.constexpr,
     BLOCK_N: tl.constexpr,
     BLOCK_D: tl.constexpr,
+    UNROLL: tl.constexpr = 1,
+    LOOP_STAGES: tl.constexpr = 1,
 ):
     _pool_tile(
         values_ptr,
@@ -182,6 +189,8 @@ def partitioned_mean_fwd_kernel(
         LOG_B,
         BLOCK_N,
         BLOCK_D,
+        UNROLL,
+        LOOP_STAGES,
     )
 
 
@@ -238,6 +247,8 @@ def grouped_partitioned_mean_fwd_kernel(
     R,
     BLOCK_N: tl.constexpr,
     BLOCK_D: tl.constexpr,
+    UNROLL: tl.constexpr = 1,
+    LOOP_STAGES: tl.constexpr = 1,
 ):
     """Several features (own values, offsets, B, D) in one launch; tables hold each feature's addresses.
 
@@ -269,6 +280,8 @@ def grouped_partitioned_mean_fwd_kernel(
             LOG_B,
             BLOCK_N,
             BLOCK_D,
+            UNROLL,
+            LOOP_STAGES,
         )
 
 

@@ -72,14 +72,14 @@ def test_custom_op_passes_torch_library_opcheck():
     torch.library.opcheck(pooling.partitioned_mean, (values, offsets), test_utils=("test_schema", "test_faketensor"))
 
 
-@pytest.mark.parametrize("rows_per_program", [4, 8, 64])
-def test_every_split_of_long_partitions_gives_the_same_mean_and_leaves_counters_zero(rows_per_program):
+@pytest.mark.parametrize(("rows_per_program", "unroll"), [(4, 1), (8, 1), (64, 1), (8, 2), (64, 3)])
+def test_every_split_of_long_partitions_gives_the_same_mean_and_leaves_counters_zero(rows_per_program, unroll):
     generator = torch.Generator().manual_seed(rows_per_program)
     lengths = torch.randint(0, 12, (40,), generator=generator)
     lengths[7], lengths[31] = 97, 45  # long partitions spread over many programs
     offsets = _offsets(lengths.tolist()) + 3  # rows 0-2 belong to no partition
     values = torch.randn(int(offsets[-1]) + 5, 8, generator=generator)
-    config = {"R": rows_per_program, "BLOCK_N": 4, "BLOCK_D": 8}
+    config = {"R": rows_per_program, "BLOCK_N": 4, "BLOCK_D": 8, "UNROLL": unroll, "LOOP_STAGES": 2}
     counters = torch.zeros(len(lengths), dtype=torch.int32)
     for _ in range(2):  # the second launch relies on the first leaving the counters zero
         out = pooling.partitioned_mean_forward(values, offsets, config, counters=counters)
@@ -99,3 +99,17 @@ def test_bf16_output_is_written_in_bf16_with_fp32_accumulation():
     out = pooling.partitioned_mean_forward(values, offsets, {"R": 64, "BLOCK_N": 4, "BLOCK_D": 4})
     assert out.dtype == torch.bfloat16
     torch.testing.assert_close(out.float(), torch.tensor([[1.0 + 2**-7] * 4, [3.0] * 4]))
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
+@pytest.mark.parametrize("backward", [False, True])
+def test_cuda_launch_config_names_every_kernel_argument(dtype, backward):
+    # inside torch.compile the launch goes through wrap_triton, which applies no constexpr defaults: a missing
+    # one fails only on a GPU, so the names are checked here
+    from pipelines.fuse.runtime import pooling_kernels
+
+    kernel = pooling_kernels.partitioned_mean_bwd_kernel if backward else pooling_kernels.partitioned_mean_fwd_kernel
+    positional = 7 if backward else 8  # tensors, sizes and R, passed in order by partitioned_mean_*
+    config = pooling.launch_config(205_829, 256, torch.device("cuda"), dtype, backward=backward)
+    named = {"LOG_B"} | (set(config) - {"R", "num_warps", "num_stages"})
+    assert set(kernel.arg_names[positional:]) == named

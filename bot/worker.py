@@ -48,9 +48,11 @@ from bot.jobs import Job
 from bot.jobs import JobState
 from bot.runners import VERIFY_WORKFLOW
 from bot.runners import ActionsRunner
+from bot.runners import Figures
 from bot.runners import RunnerKind
 from bot.runners import VerifyReport
 from bot.runners import VerifyRequest
+from bot.runners import embed_figures
 from bot.runtime import Context
 from bot.runtime import Runtime
 from bot.scan import DASHBOARD_TITLE
@@ -413,7 +415,9 @@ class Worker:
         config = self.runtime.repo_config(self.repo(job), job.installation_id)
         if config.runner == RunnerKind.ACTIONS.value and outcome.verify_target:
             return self._dispatch(job, config.runner_labels, outcome)
-        self._open_pr(job, base, outcome.pr_title, outcome.pr_body)
+        figures = Figures.from_dir(self.workspace.out_dir(job.id))  # the plot, where this host ran the benchmark
+        body = embed_figures(self.forge(job), self.repo(job), outcome.pr_body, figures)
+        self._open_pr(job, base, outcome.pr_title, body)
 
     def _push(self, job: Job, checkout: Checkout) -> Job | None:
         from bot import gitops
@@ -526,7 +530,7 @@ class Worker:
             )
             return self.fail(job, message, _retry_command(job))
         pr = result.get("pr") or {}
-        body = _with_gate_table(pr.get("body") or "", local, merged)
+        body = embed_figures(forge, repo, _with_gate_table(pr.get("body") or "", local, merged), report.figures)
         self._open_pr(job, forge.default_branch(repo), pr.get("title") or "", body)
 
     def _still_waiting(self, job: Job, result: dict, run: WorkflowRun | None) -> None:

@@ -68,10 +68,13 @@ def verify_command(args, ui) -> ExitStatus:
     target, settings = _target(args.pipeline, args.target), _settings(args.settings)
     adapter.validate_settings(target, list(settings))
     checkout = open_checkout(args.repo, require_clean=False)  # an installed checkout has build files beside it
-    request = Request(checkout, target, settings)
+    report_path = Path(args.report)
+    report_path.parent.mkdir(parents=True, exist_ok=True)
+    # the benchmark table and plot land beside the report, so the workflow uploads them in the same artifact
+    request = Request(checkout, target, settings, out_dir=report_path.resolve().parent)
     gates = adapter.verify_branch(request, lambda event: ui.progress(event if isinstance(event, str) else event.name))
     report = VerifyReport(str(args.job_id), tuple(gates))
-    Path(args.report).write_text(json.dumps(report.to_json(), indent=2) + "\n")
+    report_path.write_text(json.dumps(report.to_json(), indent=2) + "\n")
     ui.result(gates_table(list(gates)))
     ui.progress(f"report written to {args.report}")
     return ExitStatus.OK if report.passed else ExitStatus.GATE_FAILED

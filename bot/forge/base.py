@@ -34,6 +34,14 @@ class ForgeError(RuntimeError):
         self.status = status
 
 
+class AssetRejected(ForgeError):
+    """An asset the bot will not publish (an unsafe name, bytes that are not the image it names, over the size
+    limit). Not worth retrying: its status is a 4xx."""
+
+    def __init__(self, message: str, status: int = 422):
+        super().__init__(message, status=status)
+
+
 class RateLimited(ForgeError):
     """GitHub asked us to wait longer than a worker should block; run the job again after `retry_at` (epoch s)."""
 
@@ -117,4 +125,10 @@ class Forge(Protocol):
 
     def open_pull_requests(self, repo: RepoRef, head_prefix: str) -> list[PullRequest]:
         """Open PRs whose head branch (in `repo` itself) starts with `head_prefix`, e.g. "liger-bot/"."""
+        ...
+
+    def publish_asset(self, repo: RepoRef, name: str, data: bytes) -> str:
+        """Store `data` (a plot) where a PR body of `repo` can show it; returns the link to embed. The stored name
+        is content-addressed (`bot.forge.assets`), so the same bytes are stored once and an old link never changes.
+        Raises AssetRejected for a bad name, bytes that are not that image, or an oversized file."""
         ...

@@ -4,11 +4,14 @@ App id + private key -> a short-lived JWT -> an installation token, cached until
 PyGithub's own retry is off (it would re-send a POST blindly); `RetryPolicy` retries here instead: reads
 (and idempotent writes: PATCH, reactions) are retried after `retry-after` or a backoff on a secondary rate
 limit (403), 429 and 5xx; a create is retried only after looking up whether the first attempt landed (the PR
-by its head branch, a comment by its hidden marker, an issue by its title, a dispatched run by its branch).
+by its head branch, a comment by its hidden marker, an issue by its title, a dispatched run by its branch, an
+asset by its content-addressed path). Assets (a PR body's plot) are committed through the contents API to
+ASSETS_BRANCH of the repository itself, never to the PR's branch, and linked at the commit that added them.
 """
 
 from __future__ import annotations
 
+import base64
 import logging
 import os
 import re
@@ -31,6 +34,7 @@ from github import GithubException
 from github import GithubIntegration
 from github import UnknownObjectException
 
+from bot.forge import assets
 from bot.forge import redact
 from bot.forge.base import ForgeError
 from bot.forge.base import Permission
@@ -45,6 +49,8 @@ redact.install_log_filter("github.Requester", "github.GithubRetry", "urllib3.con
 DEFAULT_API_URL = "https://api.github.com"
 MARKER_RE = re.compile(r"<!-- liger-bot:[^>]*? -->")
 TOKEN_USERNAME = "x-access-token"
+ASSETS_BRANCH = "liger-bot/assets"  # made from the default branch's head; holds only what publish_asset adds
+ASSETS_DIR = "liger-bot-assets"
 _RETRYABLE_STATUSES = frozenset({429, 500, 502, 503, 504})
 
 T = TypeVar("T")
@@ -339,6 +345,74 @@ class GitHubForge:
                 return None
 
         return self._call(f"read branch {branch} of {repo.full_name}", head)
+
+    # -- assets (a PR body's plot) ---------------------------------------------------------------------------------
+
+    def publish_asset(self, repo: RepoRef, name: str, data: bytes) -> str:
+        """A commit on ASSETS_BRANCH holds the file; the link is pinned to that commit, so it never changes."""
+        path = f"{ASSETS_DIR}/{assets.stored_name(name, data)}"
+        commit = self._asset_commit(repo, path) or self._upload_asset(repo, path, data)
+        html_url = self._call(
+            f"read {repo.full_name}", lambda: self._api("GET", f"/repos/{repo.full_name}")["html_url"]
+        )
+        return f"{html_url}/blob/{commit}/{path}?raw=true"
+
+    def _asset_commit(self, repo: RepoRef, path: str) -> str | None:
+        """The head of ASSETS_BRANCH if it holds `path` already (content-addressed: the same bytes), else None."""
+        head = self.branch_head(repo, ASSETS_BRANCH)
+        if head is None:
+            return None
+
+        def look() -> str | None:
+            try:
+                self._api("GET", f"/repos/{repo.full_name}/contents/{path}", {"ref": head})
+            except UnknownObjectException:
+                return None
+            return head
+
+        return self._call(f"look for {path} in {repo.full_name}", look)
+
+    def _upload_asset(self, repo: RepoRef, path: str, data: bytes) -> str:
+        self._ensure_assets_branch(repo)
+        content = {
+            "message": f"liger-bot: add {path}",
+            "content": base64.b64encode(data).decode(),
+            "branch": ASSETS_BRANCH,
+        }
+
+        def upload() -> str:
+            try:
+                return self._api("PUT", f"/repos/{repo.full_name}/contents/{path}", body=content)["commit"]["sha"]
+            except GithubException as error:
+                # 422: the file is there (another worker uploaded the same bytes); 409: the branch moved meanwhile
+                raced = self._asset_commit(repo, path) if error.status in (409, 422) else None
+                if raced is not None:
+                    return raced
+                raise
+
+        return self._call(f"publish {path} to {repo.full_name}", upload, recover=lambda: self._asset_commit(repo, path))
+
+    def _ensure_assets_branch(self, repo: RepoRef) -> str:
+        head = self.branch_head(repo, ASSETS_BRANCH)
+        if head is not None:
+            return head
+        base = self.branch_head(repo, self.default_branch(repo))
+        if base is None:
+            raise ForgeError(f"{repo.full_name} has no commit on its default branch to start {ASSETS_BRANCH} from")
+        ref = {"ref": f"refs/heads/{ASSETS_BRANCH}", "sha": base}
+
+        def create() -> str:
+            try:
+                return self._api("POST", f"/repos/{repo.full_name}/git/refs", body=ref)["object"]["sha"]
+            except GithubException as error:
+                raced = self.branch_head(repo, ASSETS_BRANCH) if error.status == 422 else None
+                if raced is not None:  # another worker created it first
+                    return raced
+                raise
+
+        return self._call(
+            f"create {ASSETS_BRANCH} in {repo.full_name}", create, recover=lambda: self.branch_head(repo, ASSETS_BRANCH)
+        )
 
     # -- pull requests ----------------------------------------------------------------------------------------------
 

@@ -6,6 +6,7 @@ For the CLI and the demo, with no network and no account. `<checkout>.liger-bot/
                                           are written out as markdown beside its JSON record
     comments/<id>.json + comments/<id>.md
     reactions.jsonl                       one reaction per line
+    assets/<sha256 prefix>-<name>         published plots; a PR's markdown links them as `../assets/<file>`
 
 Branches are the checkout's own branches: `branch_head` and `read_file` read git, and `clone_url` is the
 checkout, so a push is a no-op. The local user is the admin of their own checkout.
@@ -21,6 +22,7 @@ import subprocess
 from contextlib import contextmanager
 from pathlib import Path
 
+from bot.forge import assets
 from bot.forge.base import ForgeError
 from bot.forge.base import Permission
 from bot.forge.base import PullRequest
@@ -170,6 +172,16 @@ class LocalForge:
     def push_credentials(self, repo: RepoRef) -> None:
         return None
 
+    def publish_asset(self, repo: RepoRef, name: str, data: bytes) -> str:
+        """Copied into `assets/`; the link is relative to the PR's markdown file (issues/<n>.md) that shows it."""
+        stored = assets.stored_name(name, data)
+        path = self.root / "assets" / stored
+        with self._locked():
+            if not path.exists():  # content-addressed: the same bytes are there already
+                path.parent.mkdir(exist_ok=True)
+                _write(path, data)
+        return f"../assets/{stored}"
+
     def _pull(self, record: dict) -> PullRequest:
         path = self.root / "issues" / f"{record['id']}.md"
         return PullRequest(record["id"], record["head"], record["base"], path.as_uri(), record["draft"])
@@ -179,8 +191,11 @@ def _pull_markdown(record: dict) -> str:
     return f"# {record['title']}\n\n`{record['head']}` -> `{record['base']}` (draft)\n\n{record['body']}\n"
 
 
-def _write(path: Path, text: str) -> None:
+def _write(path: Path, content: str | bytes) -> None:
     """Whole or not at all: a reader never sees half a record."""
     temporary = path.with_name(f".{path.name}.tmp")
-    temporary.write_text(text)
+    if isinstance(content, bytes):
+        temporary.write_bytes(content)
+    else:
+        temporary.write_text(content)
     os.replace(temporary, path)

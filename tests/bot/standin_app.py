@@ -81,21 +81,15 @@ class Bot:
         bare = self.remote.bare_path(TARGET.owner, TARGET.name)
         subprocess.run(["git", "clone", "-q", "--bare", "--local", str(bare), str(mirror)], check=True)
 
+    def _remote_git(self, *argv: str) -> str:
+        bare = str(self.remote.bare_path(TARGET.owner, TARGET.name))
+        return subprocess.run(["git", "--git-dir", bare, *argv], capture_output=True, text=True).stdout
+
     def remote_head(self, branch: str) -> str | None:
-        proc = subprocess.run(
-            [
-                "git",
-                "--git-dir",
-                str(self.remote.bare_path(TARGET.owner, TARGET.name)),
-                "rev-parse",
-                "-q",
-                "--verify",
-                f"refs/heads/{branch}",
-            ],
-            capture_output=True,
-            text=True,
-        )
-        return proc.stdout.strip() or None
+        return self._remote_git("rev-parse", "-q", "--verify", f"refs/heads/{branch}").strip() or None
+
+    def remote_files(self, branch: str) -> list[str]:
+        return self._remote_git("ls-tree", "-r", "--name-only", branch).split()
 
 
 def seed_target(standin, remote, checkout_root: Path, repo_config: str | None = None) -> None:

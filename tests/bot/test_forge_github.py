@@ -2,18 +2,25 @@
 
 from __future__ import annotations
 
+import hashlib
 import logging
+import urllib.request
 
 import pytest
 
+from bot.forge.assets import MAX_ASSET_BYTES
+from bot.forge.base import AssetRejected
 from bot.forge.base import ForgeError
 from bot.forge.base import Permission
 from bot.forge.base import RateLimited
+from bot.forge.github import ASSETS_BRANCH
+from bot.forge.github import ASSETS_DIR
 from bot.gitops import push_branch
 from tests.bot.standin_fixtures import *  # noqa: F401,F403
 from tests.bot.standin_fixtures import BOT_BRANCH as BRANCH
 from tests.bot.standin_fixtures import STANDIN_MAINTAINER
 from tests.bot.standin_fixtures import STANDIN_REPO
+from tests.bot.test_assets import png
 
 SECONDARY = {"retry-after": "3"}
 
@@ -226,3 +233,74 @@ def test_a_request_outside_the_rest_description_fails(github_forge, github_stand
     assert raised.value.status == 422
     assert github_standin.violations
     github_standin.violations.clear()  # seen; the fixture would fail the test otherwise
+
+
+# -- assets: a PR body's plot on the assets branch ---------------------------------------------------------------
+
+
+def fetch(url: str) -> bytes:
+    with urllib.request.urlopen(url, timeout=10) as answer:
+        return answer.read()
+
+
+def test_plot_published_once_on_the_assets_branch_at_a_pinned_link(github_forge, github_standin, git_remote):
+    repo = github_standin.repos[STANDIN_REPO.full_name]
+    main = repo.ref_sha("heads/main")
+    first = png(1)
+    link = github_forge.publish_asset(STANDIN_REPO, "benchmark.png", first)
+
+    digest = hashlib.sha256(first).hexdigest()[:16]
+    commit = repo.ref_sha(f"heads/{ASSETS_BRANCH}")
+    assert (
+        link
+        == f"{github_standin.url}/{STANDIN_REPO.full_name}/blob/{commit}/{ASSETS_DIR}/{digest}-benchmark.png?raw=true"
+    )
+    assert fetch(link) == first  # what a PR body's <img> loads
+    assert repo.git("rev-parse", f"{commit}^").stdout.decode().strip() == main  # started from the default branch
+    assert repo.ref_sha("heads/main") == main  # which it never touches
+
+    # the same bytes again (a retried job): no upload, the same link
+    assert github_forge.publish_asset(STANDIN_REPO, "benchmark.png", first) == link
+    assert github_standin.count("PUT", r"/contents/") == 1 and github_standin.count("POST", r"/git/refs$") == 1
+
+    # a new plot: a new commit on the branch; the old link still shows the old plot
+    second = png(2)
+    newer = github_forge.publish_asset(STANDIN_REPO, "benchmark.png", second)
+    assert newer != link and fetch(newer) == second and fetch(link) == first
+    assert github_standin.count("POST", r"/git/refs$") == 1  # the branch existed
+
+
+def test_plot_upload_answered_502_after_it_landed_is_not_sent_again(github_forge, github_standin, git_remote):
+    github_standin.fail("PUT", r"/contents/", 502, after=True)
+    link = github_forge.publish_asset(STANDIN_REPO, "benchmark.png", png(3))
+    assert fetch(link) == png(3)
+    assert github_standin.count("PUT", r"/contents/") == 1
+
+
+def test_unsafe_or_oversized_assets_are_refused_before_any_request(github_forge, github_standin, git_remote):
+    requests_before = len(github_standin.log)
+    refused = {
+        "../benchmark.png": png(1),
+        "plots/benchmark.png": png(1),
+        ".benchmark.png": png(1),
+        "benchmark.py": png(1),
+        "benchmark.png": b"-----BEGIN PRIVATE KEY-----\n",  # not an image, whatever its name says
+    }
+    for name, data in refused.items():
+        with pytest.raises(AssetRejected) as raised:
+            github_forge.publish_asset(STANDIN_REPO, name, data)
+        assert raised.value.status == 422, name
+    too_big = png(1) + bytes(MAX_ASSET_BYTES)
+    with pytest.raises(AssetRejected, match="the limit is 5 MiB") as raised:
+        github_forge.publish_asset(STANDIN_REPO, "benchmark.png", too_big)
+    assert raised.value.status == 413
+    assert len(github_standin.log) == requests_before
+    assert github_standin.repos[STANDIN_REPO.full_name].ref_sha(f"heads/{ASSETS_BRANCH}") is None
+
+
+def test_publishing_logs_no_token(github_forge, github_standin, git_remote, caplog):
+    caplog.set_level(logging.DEBUG)
+    github_forge.publish_asset(STANDIN_REPO, "benchmark.png", png(4))
+    assert "/contents/" in caplog.text  # PyGithub logged the upload
+    for token in github_standin.tokens:
+        assert token not in caplog.text

@@ -7,11 +7,14 @@ import subprocess
 
 import pytest
 
+from bot.forge.assets import MAX_ASSET_BYTES
+from bot.forge.base import AssetRejected
 from bot.forge.base import ForgeError
 from bot.forge.base import Permission
 from bot.forge.base import RepoRef
 from bot.forge.local import LocalForge
 from pipelines.git import Git
+from tests.bot.test_assets import png
 
 REPO = RepoRef("local", "liger-kernel")
 BRANCH = "liger-bot/autopatch-nemotron"
@@ -79,3 +82,20 @@ def test_git_facts_come_from_the_checkout(checkout):
     assert forge.clone_url(REPO) == str(checkout.resolve())
     with pytest.raises(ForgeError):
         forge.dispatch_workflow(REPO, "liger-bot-verify.yml", BRANCH, {})
+
+
+def test_a_published_plot_is_a_file_the_pr_markdown_links(checkout):
+    forge = LocalForge(checkout)
+    link = forge.publish_asset(REPO, "benchmark.png", png(1))
+    pull = forge.ensure_pull_request(REPO, BRANCH, "main", "Add LigerReLU2", f"![benchmark]({link})")
+    markdown = checkout.parent / "liger-kernel.liger-bot" / "issues" / f"{pull.number}.md"
+    assert f"![benchmark]({link})" in markdown.read_text()
+    assert (markdown.parent / link).resolve().read_bytes() == png(1)
+    assert forge.publish_asset(REPO, "benchmark.png", png(1)) == link  # content-addressed: stored once
+    assert forge.publish_asset(REPO, "benchmark.png", png(2)) != link
+    assert len(list((checkout.parent / "liger-kernel.liger-bot" / "assets").iterdir())) == 2
+    with pytest.raises(AssetRejected):
+        forge.publish_asset(REPO, "../../escape.png", png(1))
+    with pytest.raises(AssetRejected):
+        forge.publish_asset(REPO, "benchmark.png", png(1) + bytes(MAX_ASSET_BYTES))
+    assert not (checkout.parent / "escape.png").exists()

@@ -75,7 +75,7 @@ def test_verify_workflow_runs_only_the_bots_branch_with_read_only_token():
     assert checkout["with"]["persist-credentials"] is False
     assert "self-hosted" in on["workflow_dispatch"]["inputs"]["runner_labels"]["default"]
     upload = steps[-1]
-    assert upload["with"]["name"] == "liger-bot-report" and upload["with"]["path"] == "report.json"
+    assert upload["with"]["name"] == "liger-bot-report" and upload["with"]["path"] == "liger-bot-out/"
 
 
 def test_scan_workflow_is_a_cron_that_runs_no_repository_code():

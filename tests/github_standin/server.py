@@ -6,9 +6,14 @@ the fixtures fail the test on any violation. Auth is checked like GitHub does it
 JWT (RS256, verified with the App's public key); everything else needs an unexpired installation token.
 
 Branches and files are read from real bare repositories (served to git by `tests/git_http`), so a push over
-HTTP is what the API then reports. Faults can be injected per route: `fail(...)` answers an error instead
-of serving (a rate limit), `fail(..., after=True)` serves the request and then loses the answer (a 502 after
-the write landed, the case where a blind retry makes a duplicate).
+HTTP is what the API then reports; a file written through the contents API is a real commit there. Faults can
+be injected per route: `fail(...)` answers an error instead of serving (a rate limit), `fail(..., after=True)`
+serves the request and then loses the answer (a 502 after the write landed, the case where a blind retry makes
+a duplicate).
+
+The stand-in is github.com too: a repository's `html_url` points at it, and its file links
+(`/{owner}/{repo}/blob/{sha}/{path}?raw=true`, what a PR body's image loads) answer the file's bytes, outside
+the REST checks as GitHub's web is.
 """
 
 from __future__ import annotations
@@ -18,6 +23,8 @@ import hashlib
 import io
 import itertools
 import json
+import mimetypes
+import os
 import re
 import secrets
 import subprocess
@@ -41,6 +48,7 @@ from werkzeug.serving import make_server
 from tests.github_standin import spec
 
 JSON = "application/json; charset=utf-8"
+WEB_FILE = re.compile(r"^/(?!repos/|app/)([^/]+)/([^/]+)/blob/([0-9a-f]{40})/(.+)$")  # github.com/o/r/blob/sha/path
 
 
 def _now() -> str:
@@ -83,6 +91,33 @@ class RepoState:
     def file(self, path: str, ref: str) -> bytes | None:
         proc = self.git("show", f"{ref}:{path}")
         return proc.stdout if proc.returncode == 0 else None
+
+    def commit_file(self, branch: str, path: str, data: bytes, message: str, author: str) -> str:
+        """A commit on `branch` that adds or replaces `path`, made with git's plumbing in the bare repository."""
+        parent = self.ref_sha(f"heads/{branch}")
+        blob = self._plumbing(["hash-object", "-w", "--stdin"], data)
+        index = {"GIT_INDEX_FILE": str(self.bare / f"standin-index-{secrets.token_hex(4)}")}
+        try:
+            self._plumbing(["read-tree", parent], env=index)
+            self._plumbing(["update-index", "--add", "--cacheinfo", f"100644,{blob},{path}"], env=index)
+            tree = self._plumbing(["write-tree"], env=index)
+        finally:
+            Path(index["GIT_INDEX_FILE"]).unlink(missing_ok=True)
+        who = {"GIT_AUTHOR_NAME": author, "GIT_AUTHOR_EMAIL": f"{author}@users.noreply.github.com"}
+        who |= {"GIT_COMMITTER_NAME": author, "GIT_COMMITTER_EMAIL": who["GIT_AUTHOR_EMAIL"]}
+        commit = self._plumbing(["commit-tree", tree, "-p", parent, "-m", message], env=who)
+        self._plumbing(["update-ref", f"refs/heads/{branch}", commit, parent])  # fails if the branch moved
+        return commit
+
+    def _plumbing(self, args: list[str], data: bytes | None = None, env: dict | None = None) -> str:
+        proc = subprocess.run(
+            ["git", "--git-dir", str(self.bare), *args],
+            input=data,
+            capture_output=True,
+            env={**os.environ, **(env or {})},
+            check=True,
+        )
+        return proc.stdout.decode().strip()
 
 
 class StandIn:
@@ -275,7 +310,7 @@ class StandIn:
             private=False,
             default_branch=repo.default_branch,
             url=api,
-            html_url=f"https://github.com/{repo.full_name}",
+            html_url=f"{self.url}/{repo.full_name}",  # the stand-in serves the web's raw file links too
             clone_url=repo.clone_url,
             pulls_url=f"{api}/pulls{{/number}}",
             issues_url=f"{api}/issues{{/number}}",
@@ -395,6 +430,10 @@ class _QuietHandler(WSGIRequestHandler):
         pass
 
 
+def _blob_sha(data: bytes) -> str:
+    return hashlib.sha1(b"blob %d\0" % len(data) + data).hexdigest()
+
+
 def _json(data, status: int = 200, headers: dict | None = None) -> Response:
     return Response(json.dumps(data), status=status, headers=headers or {}, content_type=JSON)
 
@@ -425,11 +464,15 @@ def build_app(standin: StandIn) -> Flask:  # noqa: C901 - one route table, read 
     def bot_login() -> str:
         return f"{standin.app_slug}[bot]"
 
+    def not_the_api() -> bool:
+        """The blob store and github.com's file links: outside the REST description, as on GitHub."""
+        return request.path.startswith("/_blobs/") or WEB_FILE.match(request.path) is not None
+
     # -- the checks around every request ------------------------------------------------------------------------
 
     @app.before_request
     def check_request():
-        if request.path.startswith("/_blobs/"):
+        if not_the_api():
             return None
         errors = spec.request_errors(request)
         if errors:
@@ -475,7 +518,7 @@ def build_app(standin: StandIn) -> Flask:  # noqa: C901 - one route table, read 
 
     @app.after_request
     def check_response(response: Response) -> Response:
-        if not request.path.startswith("/_blobs/") and response.status_code < 400:
+        if not not_the_api() and response.status_code < 400:
             errors = spec.response_errors(request, response)
             if errors:
                 standin.violations.append(f"answer to {request.method} {request.path}: " + "; ".join(errors))
@@ -550,7 +593,7 @@ def build_app(standin: StandIn) -> Flask:  # noqa: C901 - one route table, read 
         if data is None:
             return _error(404, "Not Found")
         api = f"{standin.url}/repos/{repo.full_name}/contents/{path}?ref={ref}"
-        blob_sha = hashlib.sha1(b"blob %d\0" % len(data) + data).hexdigest()
+        blob_sha = _blob_sha(data)
         links = {"self": api, "git": None, "html": None}
         return _json(
             spec.example(
@@ -566,6 +609,58 @@ def build_app(standin: StandIn) -> Flask:  # noqa: C901 - one route table, read 
                 _links=links,
             )
         )
+
+    @app.post("/repos/<owner>/<name>/git/refs")
+    def create_ref(owner: str, name: str):
+        repo = repo_or_404(owner, name)
+        data = body()
+        ref = data["ref"]
+        if not ref.startswith("refs/") or ref.count("/") < 2:
+            return _error(422, f"{ref} is not a valid ref name.")
+        if repo.ref_sha(ref.removeprefix("refs/")) is not None:
+            return _error(422, "Reference already exists")
+        if repo.git("update-ref", ref, data["sha"], "0" * 40).returncode != 0:
+            return _error(422, "Object does not exist")
+        api = f"{standin.url}/repos/{repo.full_name}/git/{ref}"
+        shape = spec.example("git-ref", ref=ref, url=api)
+        shape["object"] = {"type": "commit", "sha": data["sha"], "url": f"{api}/commits/{data['sha']}"}
+        return _json(shape, 201, {"Location": api})
+
+    @app.put("/repos/<owner>/<name>/contents/<path:path>")
+    def put_content(owner: str, name: str, path: str):
+        repo = repo_or_404(owner, name)
+        data = body()
+        branch = data.get("branch") or repo.default_branch
+        if repo.ref_sha(f"heads/{branch}") is None:
+            return _error(404, f"Branch {branch} not found")
+        content = base64.b64decode(data["content"], validate=True)
+        with standin._lock:
+            old = repo.file(path, f"refs/heads/{branch}")
+            if old is not None and data.get("sha") != _blob_sha(old):
+                missing = 'Invalid request.\n\n"sha" wasn\'t supplied.'
+                return _error(422, missing) if "sha" not in data else _error(409, f"{path} does not match")
+            commit = repo.commit_file(branch, path, content, data["message"], bot_login())
+        api = f"{standin.url}/repos/{repo.full_name}"
+        blob = _blob_sha(content)
+        file = {"name": path.rsplit("/", 1)[-1], "path": path, "sha": blob, "size": len(content), "type": "file"}
+        file |= {
+            "url": f"{api}/contents/{path}?ref={branch}",
+            "html_url": f"{standin.url}/{repo.full_name}/blob/{branch}/{path}",
+        }
+        answer = {
+            "content": file,
+            "commit": {"sha": commit, "url": f"{api}/git/commits/{commit}", "message": data["message"]},
+        }
+        return _json(answer, 200 if old is not None else 201)
+
+    @app.get("/<owner>/<name>/blob/<sha>/<path:path>")
+    def web_file(owner: str, name: str, sha: str, path: str):
+        """github.com's link to a file at a commit; `?raw=true` answers the bytes (GitHub redirects to them)."""
+        repo = repo_or_404(owner, name)
+        data = repo.file(path, sha)
+        if data is None or request.args.get("raw") != "true":
+            return Response("Not Found", status=404)
+        return Response(data, content_type=mimetypes.guess_type(path)[0] or "application/octet-stream")
 
     @app.get("/repos/<owner>/<name>/collaborators/<username>/permission")
     def collaborator_permission(owner: str, name: str, username: str):

@@ -176,3 +176,54 @@ def test_act_refuses_a_model_whose_forward_scales_the_logits():
 
     with pytest.raises(PipelineError, match=r"logits / self\.config\.logits_scaling.*modeling_granite\.py:\d+"):
         act.plan(understand("granite"))
+
+
+def _case_values(source, name):
+    cases = edits.find_parametrize_list(edits.find_function(ast.parse(source), "test_mini_model"))
+    case = next(c for c in cases.elts if edits.case_name(c) == name)
+    values = case.args if isinstance(case, ast.Call) else case.elts
+    return [ast.get_source_segment(source, v) for v in (values[2], *values[4:10])]
+
+
+@pytest.mark.parametrize("path", act.CONVERGENCE_FILES, ids=lambda p: "/".join(p.parts[-2:]))
+def test_each_convergence_file_copies_its_own_mistral_tolerances_for_a_dense_model(helium, path):
+    checkout, _ = helium
+    source = _text(checkout, path)
+    assert _case_values(source, "mini_helium") == _case_values(source, "mini_mistral")
+
+
+MOE_CASES = """
+@pytest.mark.parametrize(
+    "model_name, num_steps, lr, dtype, loss_atol, loss_rtol, logprobs_atol, logprobs_rtol, param_atol, param_rtol",
+    [
+        ("mini_mistral", 32, 1e-4, torch.float32, 1e-8, 1e-5, 5e-3, 1e-5, 5e-3, 1e-5),
+        # ("mini_mixtral", 32, 1e-4, torch.float32, 5e-4, 1e-4, 5e-3, 1e-5, 1e-2, 1e-5),
+        pytest.param(
+            "mini_qwen3_moe",
+            32,
+            1e-5,
+            torch.float32,
+            1e-5,
+            1e-3,  # loose: routing
+            5e-3,
+            1e-2,
+            5e-3,
+            1e-5,
+            marks=[],
+        ),
+    ],
+)
+def test_mini_model(model_name, num_steps, lr, dtype, loss_atol, loss_rtol, logprobs_atol, logprobs_rtol, param_atol,
+                    param_rtol):
+    pass
+"""
+
+
+def test_moe_tolerances_come_from_the_enabled_moe_entry_never_a_commented_out_one():
+    cases = edits.find_parametrize_list(edits.find_function(ast.parse(MOE_CASES), "test_mini_model")).elts
+    moe = act.reference_tolerances(MOE_CASES, cases, "moe", "float32")
+    assert moe == ["1e-5", "1e-5", "1e-3", "5e-3", "1e-2", "5e-3", "1e-5"]
+    assert act.reference_tolerances(MOE_CASES, cases, "dense", "float32")[0] == "1e-4"
+    without_moe = MOE_CASES.replace('"mini_qwen3_moe"', '"mini_other"')
+    cases = edits.find_parametrize_list(edits.find_function(ast.parse(without_moe), "test_mini_model")).elts
+    assert act.reference_tolerances(without_moe, cases, "moe", "float32") == list(act.TOLERANCES[("moe", "float32")])

@@ -80,6 +80,8 @@ def pr_body(profile: profile_mod.KernelProfile, gates: list[GateResult], out_dir
     ]
     table = out_dir / "benchmark.md"
     if table.exists():
-        parts += ["", "### Benchmark", table.read_text(), "", f"![benchmark]({out_dir / 'benchmark.png'})"]
+        parts += ["", "### Benchmark", table.read_text()]
+        if (out_dir / "benchmark.png").is_file():  # relative: pr_body.md sits beside it; the App links its forge's copy
+            parts += ["", "![benchmark](benchmark.png)"]
     parts += ["", "<details><summary>Kernel profile</summary>", "", profile.to_markdown(), "", "</details>"]
     return "\n".join(parts) + "\n"

@@ -301,6 +301,20 @@ def sweep(g):
     return result
 
 
+BF16_SPLIT_SWEEP = [(32, 1, 128, 4, 3), (32, 1, 128, 4, 1), (32, 2, 256, 4, 1), (64, 1, 256, 4, 1), (16, 2, 128, 4, 1)]
+
+
+def bf16_split(g):
+    """The next step for bf16 (run 4: 60-67% of copy, latency-bound ~200-row partitions in one wave of programs):
+    short R spreads each partition over several evenly sized programs, combined through the workspace."""
+    result = {}
+    for kind in ("uniform", "skewed", "single"):
+        off = offsets_of(lengths_for(kind, g))
+        values = torch.randn(N, D, device="cuda", dtype=torch.bfloat16)
+        result[kind] = sweep_case(values, off, BF16_SPLIT_SWEEP, rs=(32, 64, 128, 256, 512))
+    return result
+
+
 def best_configs(result) -> dict:
     """Per dtype: the config with the least summed time over the three anchor distributions; the demo's best."""
     best = {}
@@ -582,6 +596,7 @@ def main():
         ("copy_GBps", copy_bandwidth),
         ("correctness", correctness, g),
         ("sweep", sweep, g),
+        ("bf16_split", bf16_split, g),
         ("backward_sweep", backward_sweep, g),
         ("read_floor", read_floor),
         ("clean_l2", clean_l2),

@@ -49,8 +49,9 @@ redact.install_log_filter("github.Requester", "github.GithubRetry", "urllib3.con
 DEFAULT_API_URL = "https://api.github.com"
 MARKER_RE = re.compile(r"<!-- liger-bot:[^>]*? -->")
 TOKEN_USERNAME = "x-access-token"
-ASSETS_BRANCH = "liger-bot/assets"  # made from the default branch's head; holds only what publish_asset adds
+ASSETS_BRANCH = "liger-bot/assets"  # an orphan branch: a README and what publish_asset adds
 ASSETS_DIR = "liger-bot-assets"
+ASSETS_README = "Images liger-bot links from its pull requests (benchmark plots). Nothing else lives on this branch.\n"
 _RETRYABLE_STATUSES = frozenset({429, 500, 502, 503, 504})
 
 T = TypeVar("T")
@@ -393,13 +394,22 @@ class GitHubForge:
         return self._call(f"publish {path} to {repo.full_name}", upload, recover=lambda: self._asset_commit(repo, path))
 
     def _ensure_assets_branch(self, repo: RepoRef) -> str:
+        """An orphan branch holding a README and the assets only: no copy of the code, so no workflow of the target
+        runs when the bot pushes to it."""
         head = self.branch_head(repo, ASSETS_BRANCH)
         if head is not None:
             return head
-        base = self.branch_head(repo, self.default_branch(repo))
-        if base is None:
-            raise ForgeError(f"{repo.full_name} has no commit on its default branch to start {ASSETS_BRANCH} from")
-        ref = {"ref": f"refs/heads/{ASSETS_BRANCH}", "sha": base}
+        readme = {"path": "README.md", "mode": "100644", "type": "blob", "content": ASSETS_README}
+        tree = self._call(
+            f"write the {ASSETS_BRANCH} tree in {repo.full_name}",
+            lambda: self._api("POST", f"/repos/{repo.full_name}/git/trees", body={"tree": [readme]})["sha"],
+        )  # a tree or commit written twice is the same object or an unreferenced one: safe to retry
+        first = {"message": f"liger-bot: start {ASSETS_BRANCH}", "tree": tree, "parents": []}
+        commit = self._call(
+            f"commit the {ASSETS_BRANCH} root in {repo.full_name}",
+            lambda: self._api("POST", f"/repos/{repo.full_name}/git/commits", body=first)["sha"],
+        )
+        ref = {"ref": f"refs/heads/{ASSETS_BRANCH}", "sha": commit}
 
         def create() -> str:
             try:

@@ -256,7 +256,14 @@ def test_plot_published_once_on_the_assets_branch_at_a_pinned_link(github_forge,
         == f"{github_standin.url}/{STANDIN_REPO.full_name}/blob/{commit}/{ASSETS_DIR}/{digest}-benchmark.png?raw=true"
     )
     assert fetch(link) == first  # what a PR body's <img> loads
-    assert repo.git("rev-parse", f"{commit}^").stdout.decode().strip() == main  # started from the default branch
+    # an orphan branch of a README and the plot: no copy of the code, so no workflow of the target runs on it
+    assert repo.git("rev-list", "--count", commit).stdout.decode().strip() == "2"
+    assert (
+        repo.git("rev-list", "--max-parents=0", commit).stdout.decode().strip()
+        != repo.git("rev-list", "--max-parents=0", main).stdout.decode().strip()
+    )
+    files = repo.git("ls-tree", "-r", "--name-only", commit).stdout.decode().split()
+    assert sorted(files) == sorted(["README.md", f"{ASSETS_DIR}/{digest}-benchmark.png"])
     assert repo.ref_sha("heads/main") == main  # which it never touches
 
     # the same bytes again (a retried job): no upload, the same link

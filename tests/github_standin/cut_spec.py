@@ -38,6 +38,8 @@ OPERATIONS = (
     ("put", "/repos/{owner}/{repo}/contents/{path}"),
     ("get", "/repos/{owner}/{repo}/git/ref/{ref}"),
     ("post", "/repos/{owner}/{repo}/git/refs"),
+    ("post", "/repos/{owner}/{repo}/git/trees"),
+    ("post", "/repos/{owner}/{repo}/git/commits"),
     ("get", "/repos/{owner}/{repo}/pulls"),
     ("post", "/repos/{owner}/{repo}/pulls"),
     ("get", "/repos/{owner}/{repo}/pulls/{pull_number}"),

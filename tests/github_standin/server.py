@@ -109,6 +109,20 @@ class RepoState:
         self._plumbing(["update-ref", f"refs/heads/{branch}", commit, parent])  # fails if the branch moved
         return commit
 
+    def write_tree(self, files: dict[str, bytes]) -> str:
+        """A tree of top-level files (what POST git/trees without base_tree makes from inline content)."""
+        entries = "".join(
+            f"100644 blob {self._plumbing(['hash-object', '-w', '--stdin'], data)}\t{path}\n"
+            for path, data in sorted(files.items())
+        )
+        return self._plumbing(["mktree"], entries.encode())
+
+    def commit_tree(self, tree: str, parents: list[str], message: str, author: str) -> str:
+        who = {"GIT_AUTHOR_NAME": author, "GIT_AUTHOR_EMAIL": f"{author}@users.noreply.github.com"}
+        who |= {"GIT_COMMITTER_NAME": author, "GIT_COMMITTER_EMAIL": who["GIT_AUTHOR_EMAIL"]}
+        parent_args = [arg for parent in parents for arg in ("-p", parent)]
+        return self._plumbing(["commit-tree", tree, *parent_args, "-m", message], env=who)
+
     def _plumbing(self, args: list[str], data: bytes | None = None, env: dict | None = None) -> str:
         proc = subprocess.run(
             ["git", "--git-dir", str(self.bare), *args],
@@ -625,6 +639,49 @@ def build_app(standin: StandIn) -> Flask:  # noqa: C901 - one route table, read 
         shape = spec.example("git-ref", ref=ref, url=api)
         shape["object"] = {"type": "commit", "sha": data["sha"], "url": f"{api}/commits/{data['sha']}"}
         return _json(shape, 201, {"Location": api})
+
+    @app.post("/repos/<owner>/<name>/git/trees")
+    def create_tree(owner: str, name: str):
+        """Inline-content blobs at the top level, no base_tree: what starting an orphan branch needs."""
+        repo = repo_or_404(owner, name)
+        data = body()
+        entries = data["tree"]
+        if data.get("base_tree") or any(
+            "content" not in e or e.get("type") != "blob" or "/" in e["path"] for e in entries
+        ):
+            return _error(422, "the stand-in makes top-level trees of inline blobs only")
+        tree = repo.write_tree({e["path"]: e["content"].encode() for e in entries})
+        api = f"{standin.url}/repos/{repo.full_name}/git"
+        listed = [
+            {"path": e["path"], "mode": e["mode"], "type": "blob", "sha": _blob_sha(e["content"].encode())}
+            for e in entries
+        ]
+        return _json({"sha": tree, "url": f"{api}/trees/{tree}", "tree": listed, "truncated": False}, 201)
+
+    @app.post("/repos/<owner>/<name>/git/commits")
+    def create_commit(owner: str, name: str):
+        repo = repo_or_404(owner, name)
+        data = body()
+        if repo.git("cat-file", "-e", f"{data['tree']}^{{tree}}").returncode != 0:
+            return _error(422, "Tree SHA does not exist")
+        commit = repo.commit_tree(data["tree"], data.get("parents", []), data["message"], bot_login())
+        api = f"{standin.url}/repos/{repo.full_name}/git"
+        who = {"name": bot_login(), "email": f"{bot_login()}@users.noreply.github.com", "date": _now()}
+        answer = spec.example(
+            "git-commit",
+            sha=commit,
+            url=f"{api}/commits/{commit}",
+            html_url=f"{standin.url}/{repo.full_name}/commit/{commit}",
+            author=who,
+            committer=who,
+            message=data["message"],
+            tree={"sha": data["tree"], "url": f"{api}/trees/{data['tree']}"},
+        )
+        answer["parents"] = [
+            {"sha": sha, "url": f"{api}/commits/{sha}", "html_url": f"{standin.url}/{repo.full_name}/commit/{sha}"}
+            for sha in data.get("parents", [])
+        ]
+        return _json(answer, 201)
 
     @app.put("/repos/<owner>/<name>/contents/<path:path>")
     def put_content(owner: str, name: str, path: str):

@@ -38,7 +38,7 @@ class Request:
     target: str
     settings: tuple[str, ...] = ()
     options: Mapping[str, str] = field(default_factory=dict)
-    out_dir: Path | None = None  # outside the checkout: reports, benchmark tables
+    out_dir: Path | None = None  # reports, benchmark tables (no .py: the verify workflow keeps it in the checkout)
 
 
 @dataclass(frozen=True)

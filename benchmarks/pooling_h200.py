@@ -162,8 +162,9 @@ def inlined_by_inductor():
     }
 
 
-def kernel_us(fn, calls=20):
-    """Device time of the launches fn makes, from the profiler: free of host overhead, unlike do_bench's events."""
+def profiled_kernels(fn, calls: int, before=None) -> list:
+    """The CUDA kernels of `calls` calls of fn under the profiler (device time, free of host overhead), after one
+    warm-up call; `before` runs ahead of each call (an L2 flush) and its own kernels are left out."""
     from torch.profiler import ProfilerActivity
     from torch.profiler import profile
 
@@ -171,10 +172,21 @@ def kernel_us(fn, calls=20):
     torch.cuda.synchronize()
     with profile(activities=[ProfilerActivity.CUDA]) as prof:
         for _ in range(calls):
+            if before is not None:
+                before()
             fn()
         torch.cuda.synchronize()
-    events = [e for e in prof.key_averages() if e.device_type == torch.autograd.DeviceType.CUDA]
-    return {e.key[:60]: round(e.self_device_time_total / calls, 2) for e in events}
+    flushes = ("FillFunctor", "reduce_kernel") if before is not None else ()
+    return [
+        e
+        for e in prof.key_averages()
+        if e.device_type == torch.autograd.DeviceType.CUDA and not any(f in e.key for f in flushes)
+    ]
+
+
+def kernel_us(fn, calls=20):
+    """Device time per call of each kernel fn launches, calls back to back."""
+    return {e.key[:60]: round(e.self_device_time_total / calls, 2) for e in profiled_kernels(fn, calls)}
 
 
 def bench(fn, slow=False):
@@ -231,29 +243,14 @@ def bench_kernels(g, v1):
 
 
 def device_us(fn, match: str, calls: int = 10, flush: str = "dirty") -> float:
-    """Device time per call of the kernels whose name holds `match`, L2 flushed before each call (profiler).
+    """Device time per call of the kernels whose name holds `match`, L2 flushed before each call.
 
     flush "dirty" zeroes 256 MB as do_bench does: L2 is left full of dirty lines the timed kernel then writes back
     (~60 MB); "clean" reads 256 MB instead, so the timed kernel starts from a cold L2 with nothing to write back."""
-    from torch.profiler import ProfilerActivity
-    from torch.profiler import profile
-
     buffer = torch.ones(256 * 2**20 // 4, dtype=torch.int, device="cuda")
     clear = buffer.zero_ if flush == "dirty" else buffer.max
-    fn()
-    torch.cuda.synchronize()
-    with profile(activities=[ProfilerActivity.CUDA]) as prof:
-        for _ in range(calls):
-            clear()
-            fn()
-        torch.cuda.synchronize()
-    flushes = ("FillFunctor", "reduce_kernel")
-    events = [
-        e
-        for e in prof.key_averages()
-        if e.device_type == torch.autograd.DeviceType.CUDA and match in e.key and not any(f in e.key for f in flushes)
-    ]
-    return sum(e.self_device_time_total for e in events) / calls
+    kernels = profiled_kernels(fn, calls, before=clear)
+    return sum(e.self_device_time_total for e in kernels if match in e.key) / calls
 
 
 def demo_lengths(g) -> torch.Tensor:

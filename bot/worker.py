@@ -38,6 +38,8 @@ from bot.adapters import Request
 from bot.adapters import no_settings
 from bot.commands import VERBS
 from bot.commands import command_text
+from bot.figures import Figures
+from bot.figures import embed_figures
 from bot.forge.base import Forge
 from bot.forge.base import ForgeError
 from bot.forge.base import RateLimited
@@ -48,11 +50,9 @@ from bot.jobs import Job
 from bot.jobs import JobState
 from bot.runners import VERIFY_WORKFLOW
 from bot.runners import ActionsRunner
-from bot.runners import Figures
 from bot.runners import RunnerKind
 from bot.runners import VerifyReport
 from bot.runners import VerifyRequest
-from bot.runners import embed_figures
 from bot.runtime import Context
 from bot.runtime import Runtime
 from bot.scan import DASHBOARD_TITLE

@@ -352,7 +352,8 @@ class GitHubForge:
     def publish_asset(self, repo: RepoRef, name: str, data: bytes) -> str:
         """A commit on ASSETS_BRANCH holds the file; the link is pinned to that commit, so it never changes."""
         path = f"{ASSETS_DIR}/{assets.stored_name(name, data)}"
-        commit = self._asset_commit(repo, path) or self._upload_asset(repo, path, data)
+        head = self.branch_head(repo, ASSETS_BRANCH)
+        commit = (head and self._asset_at(repo, path, head)) or self._upload_asset(repo, path, data, head)
         html_url = self._call(
             f"read {repo.full_name}", lambda: self._api("GET", f"/repos/{repo.full_name}")["html_url"]
         )
@@ -361,9 +362,9 @@ class GitHubForge:
     def _asset_commit(self, repo: RepoRef, path: str) -> str | None:
         """The head of ASSETS_BRANCH if it holds `path` already (content-addressed: the same bytes), else None."""
         head = self.branch_head(repo, ASSETS_BRANCH)
-        if head is None:
-            return None
+        return self._asset_at(repo, path, head) if head is not None else None
 
+    def _asset_at(self, repo: RepoRef, path: str, head: str) -> str | None:
         def look() -> str | None:
             try:
                 self._api("GET", f"/repos/{repo.full_name}/contents/{path}", {"ref": head})
@@ -373,8 +374,9 @@ class GitHubForge:
 
         return self._call(f"look for {path} in {repo.full_name}", look)
 
-    def _upload_asset(self, repo: RepoRef, path: str, data: bytes) -> str:
-        self._ensure_assets_branch(repo)
+    def _upload_asset(self, repo: RepoRef, path: str, data: bytes, head: str | None) -> str:
+        if head is None:
+            self._start_assets_branch(repo)
         content = {
             "message": f"liger-bot: add {path}",
             "content": base64.b64encode(data).decode(),
@@ -393,12 +395,9 @@ class GitHubForge:
 
         return self._call(f"publish {path} to {repo.full_name}", upload, recover=lambda: self._asset_commit(repo, path))
 
-    def _ensure_assets_branch(self, repo: RepoRef) -> str:
+    def _start_assets_branch(self, repo: RepoRef) -> str:
         """An orphan branch holding a README and the assets only: no copy of the code, so no workflow of the target
         runs when the bot pushes to it."""
-        head = self.branch_head(repo, ASSETS_BRANCH)
-        if head is not None:
-            return head
         readme = {"path": "README.md", "mode": "100644", "type": "blob", "content": ASSETS_README}
         tree = self._call(
             f"write the {ASSETS_BRANCH} tree in {repo.full_name}",

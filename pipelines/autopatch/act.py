@@ -287,23 +287,27 @@ def _plan_norm(profile: Profile, notes: list[str]) -> Norm | None:
         return None
     attrs = profile.value("norm_attrs") or {}
     final, decoder, attn = attrs.get("final"), tuple(attrs.get("decoder") or ()), tuple(attrs.get("attn") or ())
-    if norm_type == "layer":
-        if _settled(profile, "rms_offset") is None and float(profile.value("rms_offset") or 0.0):
-            notes.append(
-                "LayerNorm is not patched: the model's LayerNorm adds 1 to its weight; LigerLayerNorm does not."
-            )
-            return None
+
+    def norm(kind: str, class_value: str, patch_partial: str | None = None) -> Norm:
         return Norm(
-            "layer_norm",
+            kind,
             ident.norm_class,
-            "LigerLayerNorm",
-            None,
+            class_value,
+            patch_partial,
             final,
             decoder,
             attn,
             ident.optional_attrs,
             ident.attn_attr,
         )
+
+    if norm_type == "layer":
+        if _settled(profile, "rms_offset") is None and float(profile.value("rms_offset") or 0.0):
+            notes.append(
+                "LayerNorm is not patched: the model's LayerNorm adds 1 to its weight; LigerLayerNorm does not."
+            )
+            return None
+        return norm("layer_norm", "LigerLayerNorm")
     unsettled = _settled(profile, "rms_casting_mode", "rms_offset", "rms_in_place")
     if unsettled:
         notes.append(f"RMSNorm is not patched: decision `{unsettled}` needs review.")
@@ -314,30 +318,10 @@ def _plan_norm(profile: Profile, notes: list[str]) -> Norm | None:
         profile.value("rms_in_place"),
     )
     if (mode, float(offset), bool(in_place)) == ("llama", 0.0, True):
-        return Norm(
-            "rms_norm",
-            ident.norm_class,
-            "LigerRMSNorm",
-            None,
-            final,
-            decoder,
-            attn,
-            ident.optional_attrs,
-            ident.attn_attr,
-        )
+        return norm("rms_norm", "LigerRMSNorm")
     options = f'offset={float(offset)!r}, casting_mode="{mode}", in_place={bool(in_place)}'
     init = ', init_fn="zeros"' if float(offset) else ""
-    return Norm(
-        "rms_norm",
-        ident.norm_class,
-        f"partial(LigerRMSNorm, {options}{init})",
-        f"partial(_patch_rms_norm_module, {options})",
-        final,
-        decoder,
-        attn,
-        ident.optional_attrs,
-        ident.attn_attr,
-    )
+    return norm("rms_norm", f"partial(LigerRMSNorm, {options}{init})", f"partial(_patch_rms_norm_module, {options})")
 
 
 def _getsource_checks(target: str, liger: str) -> tuple[str, str]:

@@ -18,6 +18,7 @@ from pathlib import Path
 
 import torch
 
+from pipelines.kernel import reference
 from pipelines.kernel.spec import pascal
 
 MODES = ("forward", "backward", "full")
@@ -38,11 +39,8 @@ def load_layers(repo: Path, name: str, hidden: int, dtype: torch.dtype) -> dict[
     for entry in (str(repo), str(repo / "src")):
         if entry not in sys.path:
             sys.path.insert(0, entry)
-    deterministic = torch.are_deterministic_algorithms_enabled(), torch.is_deterministic_algorithms_warn_only_enabled()
-    test = importlib.import_module(f"test.transformers.test_{name}")
-    # Liger's test_rms_norm.py (imported by references taken from it) switches deterministic algorithms on for the
-    # whole process; then every torch.empty fills its memory, and every later measurement pays for that write
-    torch.use_deterministic_algorithms(deterministic[0], warn_only=deterministic[1])
+    with reference.determinism_kept():  # references taken from Liger's test_rms_norm.py switch it on at import
+        test = importlib.import_module(f"test.transformers.test_{name}")
     liger_cls = getattr(importlib.import_module(f"liger_kernel.transformers.{name}"), f"Liger{pascal(name)}")
     torch_cls = getattr(test, f"Torch{pascal(name)}")
     takes_hidden = "hidden_size" in liger_cls.__init__.__code__.co_varnames

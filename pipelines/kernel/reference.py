@@ -171,24 +171,35 @@ def _function_wrapper(cls: str, node: ast.FunctionDef, imports: list[str], prelu
 
 
 @contextlib.contextmanager
+def determinism_kept():
+    """Undo what importing the target's test modules does to the process: Liger's test_rms_norm.py switches
+    deterministic algorithms on, and in that mode every torch.empty fills its memory (a write any later
+    measurement would pay for)."""
+    state = torch.are_deterministic_algorithms_enabled(), torch.is_deterministic_algorithms_warn_only_enabled()
+    try:
+        yield
+    finally:
+        torch.use_deterministic_algorithms(state[0], warn_only=state[1])
+
+
+@contextlib.contextmanager
 def _target_on_path(repo: Path | None):
     """Imports from the target (its `test.*`, its `liger_kernel`) for the duration of the trace only."""
     if repo is None:
         yield
         return
     before = set(sys.modules)
-    deterministic = torch.are_deterministic_algorithms_enabled()
     added = [str(repo), str(repo / "src")]
     sys.path[:0] = added
     try:
-        yield
+        with determinism_kept():
+            yield
     finally:
         for entry in added:
             sys.path.remove(entry)
         for name in set(sys.modules) - before:
             if name.split(".")[0] in ("test", "liger_kernel"):
                 del sys.modules[name]
-        torch.use_deterministic_algorithms(deterministic)  # the target's test modules switch it on at import
 
 
 def load_class(ref: ReferenceCode) -> type[torch.nn.Module]:

@@ -23,21 +23,10 @@ from pipelines.outcome import GateResult
 from pipelines.outcome import GateStatus
 from pipelines.outcome import PipelineError
 from pipelines.outcome import gates_table
+from tests.pipelines.autopatch.hand_profiles import DENSE
 
-VALUES = {
-    "norm_type": "rms",
-    "rms_casting_mode": "llama",
-    "rms_offset": 0.0,
-    "rms_in_place": False,
-    "mlp_kind": "swiglu",
-    "structure": "dense",
-    "has_vision": False,
-    "rope": "standard",
-    "output_class": "LigerCausalLMOutputWithPast",
-    "hidden_state_access": "outputs.last_hidden_state",
-    "logit_softcapping": False,
-    "norm_attrs": {"decoder": ["input_layernorm"], "final": "norm", "attn": []},
-}
+# a dense Llama-like profile whose norms must not write in place (a reviewer's override)
+VALUES = {**DENSE, "rms_in_place": False, "norm_attrs": {"decoder": ["input_layernorm"], "final": "norm", "attn": []}}
 BLOCK_FILE = os.environ.get("SMALL_PIPELINE_BLOCK_FILE", "")
 NEEDS_REVIEW = {"reviewme", "xglm"}  # rope left for review
 calls: list[str] = []

@@ -19,6 +19,8 @@ from bot.adapters import Request
 from bot.adapters import Understood
 from bot.adapters import kernel_profile_table
 from bot.adapters import no_settings
+from bot.figures import Figures
+from bot.figures import embed_figures
 from bot.forge.assets import stored_name
 from bot.forge.base import AssetRejected
 from bot.forge.local import LocalForge
@@ -27,9 +29,7 @@ from bot.runners import REPORT_ARTIFACT
 from bot.runners import REPORT_FILE
 from bot.runners import VERIFY_WORKFLOW
 from bot.runners import ActionsRunner
-from bot.runners import Figures
 from bot.runners import VerifyReport
-from bot.runners import embed_figures
 from pipelines.outcome import GateResult
 from pipelines.outcome import GateStatus
 from tests.bot.standin_app import TARGET

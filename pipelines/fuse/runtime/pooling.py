@@ -34,36 +34,34 @@ def _kernels():
     return pooling_kernels
 
 
+# every forward launch names these (a launch traced through wrap_triton gets no constexpr defaults); the sweep's
+# choices override them per dtype
+FORWARD_DEFAULTS = {"UNROLL": 1, "LOOP_STAGES": 1}
+
+
 def launch_config(
     total_rows: int, width: int, device: torch.device, dtype: torch.dtype = torch.float32, backward: bool = False
 ) -> dict:
-    """R (rows a program reduces; a longer partition is split), BLOCK_N rows per step, BLOCK_D columns."""
+    """R (rows a program reduces; a longer partition is split), BLOCK_N rows per step, BLOCK_D columns, and for the
+    forward how many tile loads a step keeps in flight (UNROLL) or how deep its loop is pipelined (LOOP_STAGES)."""
+    config = _tuned_config(total_rows, width, device, dtype, backward)
+    return config if backward else {**FORWARD_DEFAULTS, **config}
+
+
+def _tuned_config(total_rows: int, width: int, device: torch.device, dtype: torch.dtype, backward: bool) -> dict:
     block_d = min(256, triton_next_power_of_2(max(width, 1)))
     if device.type != "cuda":
         # the interpreter prefers few, large programs; R stays small enough that tests split partitions
-        rows = max(4, triton_next_power_of_2(max(total_rows // 4, 1)))
-        return {"R": rows, "BLOCK_N": 4, "BLOCK_D": block_d, **({} if backward else FORWARD_DEFAULTS)}
+        return {"R": max(4, triton_next_power_of_2(max(total_rows // 4, 1))), "BLOCK_N": 4, "BLOCK_D": block_d}
+    cuda = {"R": 512, "BLOCK_N": 32, "num_warps": 4, "num_stages": 2}
     if backward:  # stores only: nothing to keep in flight (run 3: 81-85% of copy)
-        return {"R": 512, "BLOCK_N": 32, "BLOCK_D": block_d, "num_warps": 4, "num_stages": 2}
+        return {**cuda, "BLOCK_D": block_d}
     # H200 sweep of 36 configs (benchmarks/NOTES.md, fuse / pooling, run 4): least forward kernel time summed over
     # uniform, skewed and single lengths at B=1024, N=205,829, D=256. fp32 keeps 4 tiles of loads in flight;
     # bf16 does best with the loop software-pipelined instead.
-    block_d = min(128, block_d)
     if dtype == torch.bfloat16:
-        return {
-            "R": 512,
-            "BLOCK_N": 32,
-            "BLOCK_D": block_d,
-            "num_warps": 4,
-            "num_stages": 2,
-            "UNROLL": 1,
-            "LOOP_STAGES": 3,
-        }
-    return {"R": 512, "BLOCK_N": 32, "BLOCK_D": block_d, "num_warps": 4, "num_stages": 2, "UNROLL": 4, "LOOP_STAGES": 1}
-
-
-# a traced launch (wrap_triton) must name every kernel argument: constexpr defaults are not applied there
-FORWARD_DEFAULTS = {"UNROLL": 1, "LOOP_STAGES": 1}
+        return {**cuda, "BLOCK_D": min(128, block_d), "LOOP_STAGES": 3}
+    return {**cuda, "BLOCK_D": min(128, block_d), "UNROLL": 4}
 
 
 def triton_next_power_of_2(n: int) -> int:

@@ -170,8 +170,8 @@ def partitioned_mean_fwd_kernel(
     LOG_B: tl.constexpr,
     BLOCK_N: tl.constexpr,
     BLOCK_D: tl.constexpr,
-    UNROLL: tl.constexpr = 1,
-    LOOP_STAGES: tl.constexpr = 1,
+    UNROLL: tl.constexpr,
+    LOOP_STAGES: tl.constexpr,
 ):
     _pool_tile(
         values_ptr,
@@ -247,8 +247,8 @@ def grouped_partitioned_mean_fwd_kernel(
     R,
     BLOCK_N: tl.constexpr,
     BLOCK_D: tl.constexpr,
-    UNROLL: tl.constexpr = 1,
-    LOOP_STAGES: tl.constexpr = 1,
+    UNROLL: tl.constexpr,
+    LOOP_STAGES: tl.constexpr,
 ):
     """Several features (own values, offsets, B, D) in one launch; tables hold each feature's addresses.
 

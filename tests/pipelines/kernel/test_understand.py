@@ -1,7 +1,9 @@
 """Understanding real ops: the tier, the lowered statements, and every bad input refused with its reason."""
 
 import pytest
+import torch
 
+from pipelines.kernel import reference
 from pipelines.kernel import spec
 from pipelines.kernel import understand
 from pipelines.kernel.understand import Tier
@@ -114,3 +116,13 @@ def test_cross_row_reduction_is_tier_3_with_the_reason(tmp_path):
 def test_bad_ops_are_refused_with_a_reason(tmp_path, source, message):
     with pytest.raises(PipelineError, match=message):
         _understand_source(tmp_path, source, "f")
+
+
+def test_determinism_kept_restores_both_flags_a_target_test_module_changes():
+    before = torch.are_deterministic_algorithms_enabled(), torch.is_deterministic_algorithms_warn_only_enabled()
+    with reference.determinism_kept():
+        torch.use_deterministic_algorithms(not before[0], warn_only=not before[1])  # what test_rms_norm.py does
+    assert (
+        torch.are_deterministic_algorithms_enabled(),
+        torch.is_deterministic_algorithms_warn_only_enabled(),
+    ) == before

@@ -196,7 +196,7 @@ MOE_CASES = """
 @pytest.mark.parametrize(
     "model_name, num_steps, lr, dtype, loss_atol, loss_rtol, logprobs_atol, logprobs_rtol, param_atol, param_rtol",
     [
-        ("mini_mistral", 32, 1e-4, torch.float32, 1e-8, 1e-5, 5e-3, 1e-5, 5e-3, 1e-5),
+        ("mini_mistral", 32, 3e-4, torch.float32, 1e-8, 1e-5, 5e-3, 1e-5, 5e-3, 1e-5),
         # ("mini_mixtral", 32, 1e-4, torch.float32, 5e-4, 1e-4, 5e-3, 1e-5, 1e-2, 1e-5),
         pytest.param(
             "mini_qwen3_moe",
@@ -204,7 +204,7 @@ MOE_CASES = """
             1e-5,
             torch.float32,
             1e-5,
-            1e-3,  # loose: routing
+            2e-3,  # loose: routing (not the fallback's value, so a copy from here shows)
             5e-3,
             1e-2,
             5e-3,
@@ -222,8 +222,8 @@ def test_mini_model(model_name, num_steps, lr, dtype, loss_atol, loss_rtol, logp
 def test_moe_tolerances_come_from_the_enabled_moe_entry_never_a_commented_out_one():
     cases = edits.find_parametrize_list(edits.find_function(ast.parse(MOE_CASES), "test_mini_model")).elts
     moe = act.reference_tolerances(MOE_CASES, cases, "moe", "float32")
-    assert moe == ["1e-5", "1e-5", "1e-3", "5e-3", "1e-2", "5e-3", "1e-5"]
-    assert act.reference_tolerances(MOE_CASES, cases, "dense", "float32")[0] == "1e-4"
+    assert moe == ["1e-5", "1e-5", "2e-3", "5e-3", "1e-2", "5e-3", "1e-5"]
+    assert act.reference_tolerances(MOE_CASES, cases, "dense", "float32")[0] == "3e-4"
     without_moe = MOE_CASES.replace('"mini_qwen3_moe"', '"mini_other"')
     cases = edits.find_parametrize_list(edits.find_function(ast.parse(without_moe), "test_mini_model")).elts
     assert act.reference_tolerances(without_moe, cases, "moe", "float32") == list(act.TOLERANCES[("moe", "float32")])

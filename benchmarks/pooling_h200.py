@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import argparse
 import importlib
+import itertools
 import json
 import sys
 import time
@@ -143,6 +144,12 @@ def correctness(g):
     offs = [offsets_of(torch.tensor([400, 0, 600])), offsets_of(torch.full((20,), 250)), offsets_of(torch.tensor([7]))]
     outs = pooling.grouped_partitioned_mean(vs, offs)
     checks["grouped"] = {"fwd_rel": max(rel_err(o, ref_mean(v, f)) for o, v, f in zip(outs, vs, offs, strict=False))}
+    # bf16 values starting 2 bytes into an allocation cannot be read as 32-bit words: the row-tile read must run
+    shifted = torch.randn(5000 * 256 + 1, device="cuda", dtype=torch.bfloat16)[1:].view(5000, 256)
+    off = offsets_of(torch.full((20,), 250))
+    checks["bf16_odd_storage_offset"] = {
+        "fwd_rel": rel_err(pooling.partitioned_mean(shifted, off), ref_mean(shifted, off))
+    }
     return checks
 
 
@@ -193,8 +200,21 @@ def bench(fn, slow=False):
     return do_bench(fn, warmup=5 if slow else 10, rep=20 if slow else 50, return_mode="median")
 
 
+def host_us(fn, calls: int = 200) -> float:
+    """Host time per call, launches queued without waiting for the GPU (the GPU keeps up unless fn is host-bound)."""
+    fn()
+    torch.cuda.synchronize()
+    started = time.perf_counter()
+    for _ in range(calls):
+        fn()
+    elapsed = time.perf_counter() - started
+    torch.cuda.synchronize()
+    return elapsed / calls * 1e6
+
+
 def bench_kernels(g, v1):
     rows = []
+    compiled_mean = torch.compile(pooling.partitioned_mean)
     for dtype in (torch.float32, torch.bfloat16):
         for kind in ("uniform", "skewed", "single"):
             lengths = lengths_for(kind, g)
@@ -208,6 +228,7 @@ def bench_kernels(g, v1):
             fwd = {
                 "v2_default": lambda: pooling.partitioned_mean_forward(v, off),
                 "v2_default_counters_reused": lambda: pooling.partitioned_mean_forward(v, off, counters=counters),
+                "v2_compiled": lambda: compiled_mean(v, off),  # how a model runs it: Inductor launches the kernel
                 "segment_reduce": lambda: torch.segment_reduce(v, "mean", offsets=off),
                 "embedding_bag": lambda: F.embedding_bag(torch.arange(N, device="cuda"), v, off[:-1], mode="mean"),
             }
@@ -223,6 +244,7 @@ def bench_kernels(g, v1):
                 bwd["v1_bwd_default"] = lambda: v1.partitioned_mean_backward(grad, off, N)
             slow = {"segment_reduce", "embedding_bag"} if kind != "uniform" else set()
             res = {name: bench(fn, name in slow) for name, fn in {**fwd, **bwd}.items()}
+            res["host_us"] = {name: host_us(fwd[name]) for name in ("v2_default", "v2_compiled")}
             for name in ("v1_default", "v2_default", "v1_bwd_default", "v2_bwd_default"):
                 if name in fwd or name in bwd:
                     res[f"{name}_profiled_us"] = kernel_us({**fwd, **bwd}[name])
@@ -257,10 +279,11 @@ def demo_lengths(g) -> torch.Tensor:
     return torch.randint(1, 401, (B,), generator=g)
 
 
-def sweep_case(values, off, configs, rs=(512,)):
+def sweep_case(values, off, configs, rs=(512,), flush="dirty"):
     counters = torch.zeros(off.numel() * 4, dtype=torch.int32, device="cuda")
+    ref = ref_mean(values, off)
     out = {}
-    for bn, u, bd, w, st in configs:
+    for bn, u, bd, w, st, *pairs in configs:
         for r in rs:
             cfg = {
                 "R": r,
@@ -270,13 +293,18 @@ def sweep_case(values, off, configs, rs=(512,)):
                 "num_stages": 2,
                 "UNROLL": u,
                 "LOOP_STAGES": st,
+                "PAIRS": bool(pairs and pairs[0]),
             }
-            name = f"R{r}_N{bn}_U{u}_D{bd}_w{w}_s{st}"
+            name = f"R{r}_N{bn}_U{u}_D{bd}_w{w}_s{st}" + ("_pairs" if cfg["PAIRS"] else "")
             try:
                 out[name] = device_us(
                     lambda cfg=cfg: pooling.partitioned_mean_forward(values, off, cfg, counters=counters),
                     "partitioned_mean_fwd_kernel",
+                    flush=flush,
                 )
+                err = rel_err(pooling.partitioned_mean_forward(values, off, cfg, counters=counters), ref)
+                if err > (1e-5 if values.dtype == torch.float32 else 4e-3):  # a fast wrong config is no candidate
+                    out[name] = f"wrong: rel. error {err:.2e}"
             except Exception as error:  # one bad config (out of resources) must not stop the sweep
                 out[name] = repr(error)[:200]
     return out
@@ -298,18 +326,54 @@ def sweep(g):
     return result
 
 
-BF16_SPLIT_SWEEP = [(32, 1, 128, 4, 3), (32, 1, 128, 4, 1), (32, 2, 256, 4, 1), (64, 1, 256, 4, 1), (16, 2, 128, 4, 1)]
+# (BLOCK_N, UNROLL, BLOCK_D, num_warps, LOOP_STAGES[, PAIRS]) per dtype: the run-4 defaults and bf16 read as 32-bit
+# words (PAIRS; BLOCK_D counts bf16 columns, so 256 is a [BLOCK_N, 128] word tile like fp32's default)
+SPLIT_SWEEP = {
+    torch.bfloat16: [(32, 1, 128, 4, 3), (32, 1, 256, 4, 3, 1), (16, 2, 256, 4, 3, 1), (32, 2, 256, 4, 3, 1)],
+    torch.float32: [(32, 4, 128, 4, 1), (16, 2, 128, 4, 3)],
+}  # fmt: skip
 
 
-def bf16_split(g):
-    """The next step for bf16 (run 4: 60-67% of copy, latency-bound ~200-row partitions in one wave of programs):
-    short R spreads each partition over several evenly sized programs, combined through the workspace."""
+def split_sweep(g):
+    """Run 5 (ncu): a bf16 row-tile read stalls on shared-memory traffic (MIO queue) where bf16 read as 32-bit words
+    (PAIRS) does not, and the forward is occupancy-bound (25-31%, registers / pipeline buffers): smaller tiles,
+    more warps, and the loop pipelined through shared memory instead of registers."""
     result = {}
-    for kind in ("uniform", "skewed", "single"):
-        off = offsets_of(lengths_for(kind, g))
-        values = torch.randn(N, D, device="cuda", dtype=torch.bfloat16)
-        result[kind] = sweep_case(values, off, BF16_SPLIT_SWEEP, rs=(32, 64, 128, 256, 512))
+    for dtype, configs in SPLIT_SWEEP.items():
+        for kind in ("uniform", "skewed", "single"):
+            off = offsets_of(lengths_for(kind, g))
+            values = torch.randn(N, D, device="cuda", dtype=dtype)
+            for flush in ("clean", "dirty"):  # dirty: do_bench's flush, whose write-back the timed kernel pays
+                result[f"{flush}/{kind}/{dtype}"] = sweep_case(values, off, configs, (512, 1024, 2048), flush)
+            print("split_sweep", kind, dtype, flush=True)
+    result["best"] = {}
+    for flush, dtype in itertools.product(("clean", "dirty"), SPLIT_SWEEP):
+        keys = [k for k in result if k.startswith(flush) and k.endswith(str(dtype))]
+        names = [n for n in result[keys[0]] if all(isinstance(result[k][n], float) for k in keys)]
+        totals = {n: sum(result[k][n] for k in keys) for n in names}
+        name = min(totals, key=totals.get)
+        result["best"][f"{flush}/{dtype}"] = {"config": name, **{k: result[k][name] for k in keys}}
+    result["resources"] = compiled_resources(pooling._kernels().partitioned_mean_fwd_kernel)
     return result
+
+
+def compiled_resources(jit_fn) -> list:
+    """Registers, spills and shared memory of every compiled variant of a kernel: what limits programs per SM."""
+    out = []
+    for cache in jit_fn.device_caches.values():
+        for kernel in cache[0].values():
+            constants = getattr(kernel.src, "constants", {})
+            names = {jit_fn.arg_names[k[0]] if isinstance(k, tuple) else k: v for k, v in constants.items()}
+            out.append(
+                {
+                    **{k: v for k, v in names.items() if k.isupper() and isinstance(v, int | bool)},
+                    "num_warps": kernel.metadata.num_warps,
+                    "n_regs": kernel.n_regs,
+                    "n_spills": kernel.n_spills,
+                    "shared": kernel.metadata.shared,
+                }
+            )
+    return out
 
 
 def best_configs(result) -> dict:
@@ -372,6 +436,27 @@ def _stream_rows_kernel(values_ptr, out_ptr, D, ROWS: tl.constexpr, BLOCK_D: tl.
     tl.store(out_ptr + tl.program_id(0).to(tl.int64) * D + cols, tl.sum(tile, axis=0))
 
 
+@triton.jit
+def _stream_rows_flat_kernel(values_ptr, out_ptr, ROWS: tl.constexpr, D: tl.constexpr):
+    """The same sums as _stream_rows_kernel, read as one flat 1-D stream of ROWS * D values and folded at the end."""
+    flat = tl.program_id(0).to(tl.int64) * ROWS * D + tl.arange(0, ROWS * D)
+    tile = tl.reshape(tl.load(values_ptr + flat).to(tl.float32), (ROWS, D))
+    tl.store(out_ptr + tl.program_id(0).to(tl.int64) * D + tl.arange(0, D), tl.sum(tile, axis=0))
+
+
+@triton.jit
+def _stream_rows_pairs_kernel(values_ptr, out_ptr, D, ROWS: tl.constexpr, BLOCK_D: tl.constexpr):
+    """_stream_rows_kernel for bf16 read as 32-bit words (two columns each)."""
+    words_ptr = values_ptr.to(tl.pointer_type(tl.int32))
+    rows = tl.program_id(0).to(tl.int64) * ROWS + tl.arange(0, ROWS)
+    words = tl.program_id(1) * (BLOCK_D // 2) + tl.arange(0, BLOCK_D // 2)
+    tile = tl.load(words_ptr + rows[:, None] * (D // 2) + words[None, :])
+    lo = tl.sum((tile << 16).to(tl.float32, bitcast=True), axis=0)
+    hi = tl.sum((tile & -65536).to(tl.float32, bitcast=True), axis=0)
+    cols = tl.program_id(1) * BLOCK_D + tl.arange(0, BLOCK_D)
+    tl.store(out_ptr + tl.program_id(0).to(tl.int64) * D + cols, tl.interleave(lo, hi))
+
+
 def read_floor():
     """What reading the anchor's values costs without any partition logic: copy, a streaming Triton read, sum(0)."""
     result = {}
@@ -381,13 +466,29 @@ def read_floor():
         copy = torch.empty_like(values)
         res = {"bytes_read": values.numel() * values.element_size()}
         res["copy_us"] = device_us(lambda: copy.copy_(values), "")  # "": every kernel but the L2 flush
-        for block_rows, block_d, warps in ((64, 256, 4), (64, 128, 4), (32, 256, 4), (128, 128, 8)):
+        for block_rows, block_d, warps in ((64, 256, 4), (64, 128, 4), (32, 256, 4), (128, 128, 8), (16, 256, 4)):
             out = torch.empty(rows // block_rows, D, device="cuda")
             grid = (rows // block_rows, D // block_d)
             res[f"stream_R{block_rows}_D{block_d}_w{warps}_us"] = device_us(
                 lambda: _stream_rows_kernel[grid](values, out, D, block_rows, block_d, num_warps=warps), "_stream_rows"
             )
-        res["sum0_us"] = device_us(lambda: values.sum(0), "")
+        for block_rows, warps in ((16, 4), (32, 4), (32, 8), (64, 8)):
+            out = torch.empty(rows // block_rows, D, device="cuda")
+            res[f"stream_flat_R{block_rows}_w{warps}_us"] = device_us(
+                lambda: _stream_rows_flat_kernel[(rows // block_rows,)](values, out, block_rows, D, num_warps=warps),
+                "_stream_rows_flat",
+            )
+        for block_rows, block_d, warps in ((16, 256, 4), (32, 256, 4), (64, 256, 4), (64, 256, 8)):
+            if dtype != torch.bfloat16:
+                break
+            out = torch.empty(rows // block_rows, D, device="cuda")
+            grid = (rows // block_rows, D // block_d)
+            res[f"stream_pairs_R{block_rows}_D{block_d}_w{warps}_us"] = device_us(
+                lambda: _stream_rows_pairs_kernel[grid](values, out, D, block_rows, block_d, num_warps=warps),
+                "_stream_rows_pairs",
+            )
+        for name, fn in (("rows", _stream_rows_kernel), ("flat", _stream_rows_flat_kernel)):
+            res[f"resources_{name}"] = compiled_resources(fn)
         result[str(dtype)] = res
     return result
 
@@ -457,9 +558,9 @@ def backward_sweep(g):
             off = offsets_of(lengths_for(kind, g))
             grad = torch.randn(off.numel() - 1, D, device="cuda", dtype=dtype)
             row = {}
-            for bn, bd, w in ((32, 256, 4), (32, 128, 4), (16, 256, 4), (64, 256, 8), (64, 128, 4)):
-                cfg = {"R": 512, "BLOCK_N": bn, "BLOCK_D": bd, "num_warps": w, "num_stages": 2}
-                row[f"N{bn}_D{bd}_w{w}"] = device_us(
+            for (bn, bd, w), r in itertools.product(((32, 256, 4), (16, 256, 4), (64, 256, 8)), (128, 256, 512, 1024)):
+                cfg = {"R": r, "BLOCK_N": bn, "BLOCK_D": bd, "num_warps": w, "num_stages": 2}
+                row[f"R{r}_N{bn}_D{bd}_w{w}"] = device_us(
                     lambda cfg=cfg: pooling.partitioned_mean_backward(grad, off, N, cfg), "partitioned_mean_bwd_kernel"
                 )
             result[f"{kind}/{dtype}"] = row
@@ -593,7 +694,7 @@ def main():
         ("copy_GBps", copy_bandwidth),
         ("correctness", correctness, g),
         ("sweep", sweep, g),
-        ("bf16_split", bf16_split, g),
+        ("split_sweep", split_sweep, g),
         ("backward_sweep", backward_sweep, g),
         ("read_floor", read_floor),
         ("clean_l2", clean_l2),

@@ -36,32 +36,51 @@ def _kernels():
 
 # every forward launch names these (a launch traced through wrap_triton gets no constexpr defaults); the sweep's
 # choices override them per dtype
-FORWARD_DEFAULTS = {"UNROLL": 1, "LOOP_STAGES": 1}
+FORWARD_DEFAULTS = {"UNROLL": 1, "LOOP_STAGES": 1, "PAIRS": False}
 
 
 def launch_config(
-    total_rows: int, width: int, device: torch.device, dtype: torch.dtype = torch.float32, backward: bool = False
+    total_rows: int,
+    width: int,
+    device: torch.device,
+    dtype: torch.dtype = torch.float32,
+    backward: bool = False,
+    pairs: bool = False,
 ) -> dict:
     """R (rows a program reduces; a longer partition is split), BLOCK_N rows per step, BLOCK_D columns, and for the
-    forward how many tile loads a step keeps in flight (UNROLL) or how deep its loop is pipelined (LOOP_STAGES)."""
-    config = _tuned_config(total_rows, width, device, dtype, backward)
+    forward how many tile loads a step keeps in flight (UNROLL), how deep its loop is pipelined (LOOP_STAGES) and,
+    where `pairs` says the bf16 values allow it, whether it reads them as 32-bit words (PAIRS)."""
+    config = _tuned_config(total_rows, width, device, dtype, backward, pairs)
     return config if backward else {**FORWARD_DEFAULTS, **config}
 
 
-def _tuned_config(total_rows: int, width: int, device: torch.device, dtype: torch.dtype, backward: bool) -> dict:
+def _tuned_config(
+    total_rows: int, width: int, device: torch.device, dtype: torch.dtype, backward: bool, pairs: bool
+) -> dict:
     block_d = min(256, triton_next_power_of_2(max(width, 1)))
     if device.type != "cuda":
         # the interpreter prefers few, large programs; R stays small enough that tests split partitions
         return {"R": max(4, triton_next_power_of_2(max(total_rows // 4, 1))), "BLOCK_N": 4, "BLOCK_D": block_d}
     cuda = {"R": 512, "BLOCK_N": 32, "num_warps": 4, "num_stages": 2}
-    if backward:  # stores only: nothing to keep in flight (run 3: 81-85% of copy)
-        return {**cuda, "BLOCK_D": block_d}
-    # H200 sweep of 36 configs (benchmarks/NOTES.md, fuse / pooling, run 4): least forward kernel time summed over
-    # uniform, skewed and single lengths at B=1024, N=205,829, D=256. fp32 keeps 4 tiles of loads in flight;
-    # bf16 does best with the loop software-pipelined instead.
-    if dtype == torch.bfloat16:
+    if backward:  # stores only, so nothing to keep in flight; R 128 evens out the programs (run 5: skewed fp32 -19%)
+        return {**cuda, "R": 128, "BLOCK_D": block_d}
+    # H200 sweeps (benchmarks/NOTES.md, fuse / pooling, runs 4 and 5): least forward kernel time summed over uniform,
+    # skewed and single lengths at B=1024, N=205,829, D=256. fp32 keeps 4 tiles of loads in flight; bf16 reads its
+    # rows as 32-bit words (a bf16 row tile stalls on shared-memory traffic) through a 3-stage pipelined loop.
+    # R 1024: one partition of N rows still spreads over N / 1024 programs, ~200-row partitions stay whole.
+    if dtype == torch.bfloat16 and pairs:
+        unroll = 2 if _shared_memory(device) >= 96 * 1024 else 1  # 2 tiles x 3 stages buffer 64 KB per program
+        return {**cuda, "R": 1024, "BLOCK_D": block_d, "UNROLL": unroll, "LOOP_STAGES": 3, "PAIRS": True}
+    if dtype == torch.bfloat16:  # odd widths, misaligned values, the grouped kernel: bf16 row tiles (run 4)
         return {**cuda, "BLOCK_D": min(128, block_d), "LOOP_STAGES": 3}
-    return {**cuda, "BLOCK_D": min(128, block_d), "UNROLL": 4}
+    return {**cuda, "R": 1024, "BLOCK_D": min(128, block_d), "UNROLL": 4}
+
+
+def _shared_memory(device: torch.device) -> int:
+    """Shared memory one program may use on this GPU (0 where torch does not say)."""
+    if not torch.cuda.is_available():
+        return 0
+    return getattr(torch.cuda.get_device_properties(device), "shared_memory_per_block_optin", 0)
 
 
 def triton_next_power_of_2(n: int) -> int:
@@ -88,6 +107,17 @@ def _check(values: torch.Tensor, offsets: torch.Tensor) -> None:
     torch._check(values.dtype in SUPPORTED_DTYPES, lambda: f"values dtype {values.dtype} is not fp32/bf16")
 
 
+def _readable_in_pairs(values: torch.Tensor) -> bool:
+    """bf16 rows of even width starting on a 4-byte boundary can be read as 32-bit words (allocations are aligned;
+    an even element offset keeps them so). Under a trace with symbolic sizes this adds a guard (an odd width later
+    recompiles) rather than giving the words up."""
+    from torch.fx.experimental.symbolic_shapes import guard_or_false
+
+    if values.dtype != torch.bfloat16:
+        return False
+    return guard_or_false(values.shape[1] % 2 == 0) and guard_or_false(values.storage_offset() % 2 == 0)
+
+
 def partitioned_mean_forward(
     values: torch.Tensor,
     offsets: torch.Tensor,
@@ -101,7 +131,9 @@ def partitioned_mean_forward(
     offsets = offsets.to(torch.int64).contiguous()
     n, d = values.shape
     b = offsets.shape[0] - 1
-    cfg = {**FORWARD_DEFAULTS, **(config or launch_config(n, d, values.device, values.dtype))}
+    pairs = _readable_in_pairs(values)
+    cfg = {**FORWARD_DEFAULTS, **(config or launch_config(n, d, values.device, values.dtype, pairs=pairs))}
+    cfg["PAIRS"] = cfg["PAIRS"] and pairs
     rows_per_program = cfg.pop("R")
     grid = (b + n // rows_per_program, _cdiv(d, cfg["BLOCK_D"]))
     out = values.new_empty(b, d)
@@ -142,6 +174,7 @@ def _prefix(counts: list[int]) -> list[int]:
 def _grouped_plan(rows: list[int], widths: list[int], partitions: list[int], device, dtype, backward=False):
     """(config, rows per program, program base per feature, grid, [B, N, D, first counter] per feature)."""
     cfg = launch_config(max(rows), max(widths), device, dtype, backward)
+    cfg.pop("PAIRS", None)  # the grouped kernel reads row tiles: a feature's D may be odd
     rows_per_program = cfg.pop("R")
     tile_base = _prefix([b + n // rows_per_program for b, n in zip(partitions, rows, strict=True)])
     counter_base = _prefix(partitions)

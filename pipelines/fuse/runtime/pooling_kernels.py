@@ -74,6 +74,7 @@ def _pool_tile(
     BLOCK_D: tl.constexpr,
     UNROLL: tl.constexpr,
     LOOP_STAGES: tl.constexpr,
+    PAIRS: tl.constexpr,
 ):
     b, start, end, k, tiles, first_boundary = _tile(offsets_ptr, B, p, R, LOG_B)
     if k < tiles:
@@ -82,15 +83,32 @@ def _pool_tile(
         lo = start + k * R
         hi = tl.minimum(end, lo + R)
         rows0 = tl.arange(0, BLOCK_N)
-        acc = tl.zeros((BLOCK_N, BLOCK_D), dtype=tl.float32)
-        # UNROLL independent tile loads per step keep more bytes in flight per program: a short partition is
-        # otherwise a chain of load-latency waits (bf16 moves half the bytes per tile of fp32)
-        for r in tl.range(lo, hi, BLOCK_N * UNROLL, num_stages=LOOP_STAGES):
-            for u in tl.static_range(UNROLL):
-                rows = r + u * BLOCK_N + rows0
-                mask = (rows < hi)[:, None] & col_mask[None, :]
-                acc += tl.load(values_ptr + rows[:, None] * D + cols[None, :], mask=mask, other=0.0).to(tl.float32)
-        total = tl.sum(acc, axis=0)
+        if PAIRS:
+            # bf16 read as 32-bit words, each holding columns 2j (low half) and 2j+1 (high half): the loads and the
+            # accumulators get fp32's layout, which streams at the read floor where a bf16 row tile does not
+            words_ptr = values_ptr.to(tl.pointer_type(tl.int32))
+            word_cols = pid_d * (BLOCK_D // 2) + tl.arange(0, BLOCK_D // 2)
+            word_mask = word_cols < D // 2
+            acc_lo = tl.zeros((BLOCK_N, BLOCK_D // 2), dtype=tl.float32)
+            acc_hi = tl.zeros((BLOCK_N, BLOCK_D // 2), dtype=tl.float32)
+            for r in tl.range(lo, hi, BLOCK_N * UNROLL, num_stages=LOOP_STAGES):
+                for u in tl.static_range(UNROLL):
+                    rows = r + u * BLOCK_N + rows0
+                    mask = (rows < hi)[:, None] & word_mask[None, :]
+                    words = tl.load(words_ptr + rows[:, None] * (D // 2) + word_cols[None, :], mask=mask, other=0)
+                    acc_lo += (words << 16).to(tl.float32, bitcast=True)
+                    acc_hi += (words & -65536).to(tl.float32, bitcast=True)
+            total = tl.interleave(tl.sum(acc_lo, axis=0), tl.sum(acc_hi, axis=0))
+        else:
+            acc = tl.zeros((BLOCK_N, BLOCK_D), dtype=tl.float32)
+            # UNROLL independent tile loads per step keep more bytes in flight per program: a short partition is
+            # otherwise a chain of load-latency waits (bf16 moves half the bytes per tile of fp32)
+            for r in tl.range(lo, hi, BLOCK_N * UNROLL, num_stages=LOOP_STAGES):
+                for u in tl.static_range(UNROLL):
+                    rows = r + u * BLOCK_N + rows0
+                    mask = (rows < hi)[:, None] & col_mask[None, :]
+                    acc += tl.load(values_ptr + rows[:, None] * D + cols[None, :], mask=mask, other=0.0).to(tl.float32)
+            total = tl.sum(acc, axis=0)
         count = tl.maximum(end - start, 1).to(tl.float32)
         out_ty = out_ptr.dtype.element_ty
         if tiles == 1:
@@ -172,6 +190,7 @@ def partitioned_mean_fwd_kernel(
     BLOCK_D: tl.constexpr,
     UNROLL: tl.constexpr,
     LOOP_STAGES: tl.constexpr,
+    PAIRS: tl.constexpr,
 ):
     _pool_tile(
         values_ptr,
@@ -191,6 +210,7 @@ def partitioned_mean_fwd_kernel(
         BLOCK_D,
         UNROLL,
         LOOP_STAGES,
+        PAIRS,
     )
 
 
@@ -282,6 +302,7 @@ def grouped_partitioned_mean_fwd_kernel(
             BLOCK_D,
             UNROLL,
             LOOP_STAGES,
+            False,  # PAIRS: a feature's D may be odd
         )
 
 

@@ -72,24 +72,42 @@ def test_custom_op_passes_torch_library_opcheck():
     torch.library.opcheck(pooling.partitioned_mean, (values, offsets), test_utils=("test_schema", "test_faketensor"))
 
 
-@pytest.mark.parametrize(("rows_per_program", "unroll"), [(4, 1), (8, 1), (64, 1), (8, 2), (64, 3)])
-def test_every_split_of_long_partitions_gives_the_same_mean_and_leaves_counters_zero(rows_per_program, unroll):
+@pytest.mark.parametrize(
+    ("rows_per_program", "unroll", "dtype"),
+    [(4, 1, torch.float32), (8, 1, torch.float32), (64, 1, torch.float32), (8, 2, torch.float32)]
+    + [(64, 3, torch.float32), (8, 1, torch.bfloat16), (64, 2, torch.bfloat16)],
+)
+def test_every_split_of_long_partitions_gives_the_same_mean_and_leaves_counters_zero(rows_per_program, unroll, dtype):
     generator = torch.Generator().manual_seed(rows_per_program)
     lengths = torch.randint(0, 12, (40,), generator=generator)
     lengths[7], lengths[31] = 97, 45  # long partitions spread over many programs
     offsets = _offsets(lengths.tolist()) + 3  # rows 0-2 belong to no partition
-    values = torch.randn(int(offsets[-1]) + 5, 8, generator=generator)
-    config = {"R": rows_per_program, "BLOCK_N": 4, "BLOCK_D": 8, "UNROLL": unroll, "LOOP_STAGES": 2}
+    values = torch.randn(int(offsets[-1]) + 5, 8, generator=generator).to(dtype)
+    pairs = dtype == torch.bfloat16  # bf16 rows read as 32-bit words
+    config = {"R": rows_per_program, "BLOCK_N": 4, "BLOCK_D": 8, "UNROLL": unroll, "LOOP_STAGES": 2, "PAIRS": pairs}
     counters = torch.zeros(len(lengths), dtype=torch.int32)
     for _ in range(2):  # the second launch relies on the first leaving the counters zero
         out = pooling.partitioned_mean_forward(values, offsets, config, counters=counters)
-        torch.testing.assert_close(out.double(), pooling.partitioned_mean_reference(values.double(), offsets))
+        expected_out = pooling.partitioned_mean_reference(values.double(), offsets)
+        torch.testing.assert_close(out, expected_out.to(dtype))
         assert counters.abs().sum() == 0
-    grad = torch.randn(len(lengths), 8, generator=generator)
+    grad = torch.randn(len(lengths), 8, generator=generator).to(dtype)
     grad_values = pooling.partitioned_mean_backward(grad, offsets, values.shape[0], config)
     expected = torch.zeros(values.shape[0], 8, dtype=torch.float64)
-    expected[3 : int(offsets[-1])] = _reference_grad(grad, offsets - 3, int(offsets[-1]) - 3)
-    torch.testing.assert_close(grad_values.double(), expected)
+    expected[3 : int(offsets[-1])] = _reference_grad(grad.double(), offsets - 3, int(offsets[-1]) - 3)
+    torch.testing.assert_close(grad_values, expected.to(dtype))
+
+
+def test_pair_reads_asked_for_values_that_do_not_pair_up_read_them_as_they_are():
+    # 32-bit words need an even width and a 4-byte aligned start; anything else falls back to bf16 row tiles
+    offsets = _offsets([5, 0, 9])
+    odd_width = torch.randn(14, 7).to(torch.bfloat16)
+    out = pooling.partitioned_mean_forward(odd_width, offsets, {"R": 8, "BLOCK_N": 4, "BLOCK_D": 8, "PAIRS": True})
+    torch.testing.assert_close(out, pooling.partitioned_mean_reference(odd_width.double(), offsets).to(torch.bfloat16))
+    shifted = torch.randn(14 * 8 + 1).to(torch.bfloat16)[1:].view(14, 8)
+    assert not pooling._readable_in_pairs(shifted)
+    assert pooling._readable_in_pairs(torch.randn(14 * 8 + 2).to(torch.bfloat16)[2:].view(14, 8))
+    assert not pooling._readable_in_pairs(torch.randn(14, 8))
 
 
 def test_bf16_output_is_written_in_bf16_with_fp32_accumulation():
@@ -101,15 +119,23 @@ def test_bf16_output_is_written_in_bf16_with_fp32_accumulation():
     torch.testing.assert_close(out.float(), torch.tensor([[1.0 + 2**-7] * 4, [3.0] * 4]))
 
 
+@pytest.mark.parametrize("pairs", [False, True])
 @pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
 @pytest.mark.parametrize("backward", [False, True])
-def test_cuda_launch_config_names_every_kernel_argument(dtype, backward):
+def test_cuda_launch_config_names_every_kernel_argument(dtype, backward, pairs):
     # inside torch.compile the launch goes through wrap_triton, which applies no constexpr defaults: a missing
     # one fails only on a GPU, so the names are checked here
     from pipelines.fuse.runtime import pooling_kernels
 
     kernel = pooling_kernels.partitioned_mean_bwd_kernel if backward else pooling_kernels.partitioned_mean_fwd_kernel
     positional = 7 if backward else 8  # tensors, sizes and R, passed in order by partitioned_mean_*
-    config = pooling.launch_config(205_829, 256, torch.device("cuda"), dtype, backward=backward)
+    config = pooling.launch_config(205_829, 256, torch.device("cuda"), dtype, backward=backward, pairs=pairs)
     named = {"LOG_B"} | (set(config) - {"R", "num_warps", "num_stages"})
     assert set(kernel.arg_names[positional:]) == named
+
+
+def test_cuda_bf16_reads_words_only_where_the_values_allow_it():
+    cuda = torch.device("cuda")
+    assert pooling.launch_config(205_829, 256, cuda, torch.bfloat16, pairs=True)["PAIRS"]
+    assert not pooling.launch_config(205_829, 256, cuda, torch.bfloat16, pairs=False)["PAIRS"]
+    assert not pooling.launch_config(205_829, 256, cuda, torch.float32, pairs=True)["PAIRS"]

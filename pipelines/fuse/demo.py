@@ -2,20 +2,26 @@
 
 from __future__ import annotations
 
+import argparse
 import copy
+import json
 import os
+import subprocess
+import sys
+from pathlib import Path
 
 import torch
 
 from pipelines.fuse import recsys
+from pipelines.fuse.runtime import pooling
 from pipelines.outcome import PipelineError
 
 
 def run(device: str, steps: int, inner: str | None = None) -> dict:
     if device == "cuda" and not torch.cuda.is_available():
         raise PipelineError("no CUDA device here", hint="use --device cpu (small sizes, Triton's interpreter)")
-    if device == "cpu":
-        os.environ["TRITON_INTERPRET"] = "1"  # before the kernels' module is first imported
+    if device == "cpu" and not pooling.interpreter_active():
+        return _run_in_interpreter(steps, inner)
     from pipelines.fuse.runtime import compile as fuse_compile
 
     inner = inner or ("inductor" if device == "cuda" else "aot_eager")
@@ -53,6 +59,25 @@ def run(device: str, steps: int, inner: str | None = None) -> dict:
     }
 
 
+def _run_in_interpreter(steps: int, inner: str | None) -> dict:
+    """The CPU demo in a child process started with TRITON_INTERPRET=1: this process imported triton for the GPU
+    (torch.library.triton_op does when the runtime is imported), and that cannot be undone in place."""
+    command = [sys.executable, "-m", "pipelines.fuse.demo", "--steps", str(steps)] + (
+        ["--inner", inner] if inner else []
+    )
+    child = subprocess.run(
+        command,
+        env={**os.environ, "TRITON_INTERPRET": "1"},
+        cwd=Path(__file__).resolve().parents[2],
+        stdout=subprocess.PIPE,
+        text=True,
+        check=False,
+    )
+    if child.returncode != 0:
+        raise PipelineError(f"the CPU demo failed in its interpreter process (exit {child.returncode}); see above")
+    return json.loads(child.stdout)
+
+
 def to_text(result: dict) -> str:
     replaced = ", ".join(f"{k} -> {v}" for k, v in result["replaced"].items()) or "nothing"
     return "\n".join(
@@ -66,3 +91,11 @@ def to_text(result: dict) -> str:
             f"  loss max |diff| vs eager: {result['loss_max_abs_diff']:.2e}; gradients match: {result['grads_match']}",
         ]
     )
+
+
+if __name__ == "__main__":  # the CPU demo's interpreter process (see _run_in_interpreter)
+    parser = argparse.ArgumentParser()
+    parser.add_argument("--steps", type=int, required=True)
+    parser.add_argument("--inner", default=None)
+    args = parser.parse_args()
+    print(json.dumps(run("cpu", args.steps, args.inner)))

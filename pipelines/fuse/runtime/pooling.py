@@ -13,6 +13,7 @@ Triton module is imported on first use, so a CPU process can set TRITON_INTERPRE
 from __future__ import annotations
 
 import os
+import sys
 
 import torch
 
@@ -20,7 +21,12 @@ SUPPORTED_DTYPES = (torch.float32, torch.bfloat16)
 
 
 def interpreter_active() -> bool:
-    return os.environ.get("TRITON_INTERPRET", "0") not in ("", "0")
+    """Triton interprets kernels only if TRITON_INTERPRET was set before triton.language was imported: its own jit
+    functions (tl.cdiv, tl.sum) are made then, and a kernel calling one made for the GPU fails on CPU tensors."""
+    if os.environ.get("TRITON_INTERPRET", "0") in ("", "0"):
+        return False
+    language = sys.modules.get("triton.language")
+    return language is None or type(language.cdiv).__name__ == "InterpretedFunction"
 
 
 def can_run_on(device: torch.device) -> bool:

@@ -1,5 +1,9 @@
 """The Triton pooling kernels (interpreter) against the PyTorch definition, forward and backward."""
 
+import os
+import subprocess
+import sys
+
 import pytest
 import torch
 
@@ -139,3 +143,20 @@ def test_cuda_bf16_reads_words_only_where_the_values_allow_it():
     assert pooling.launch_config(205_829, 256, cuda, torch.bfloat16, pairs=True)["PAIRS"]
     assert not pooling.launch_config(205_829, 256, cuda, torch.bfloat16, pairs=False)["PAIRS"]
     assert not pooling.launch_config(205_829, 256, cuda, torch.float32, pairs=True)["PAIRS"]
+
+
+def test_interpreter_is_not_reported_on_when_it_was_switched_on_after_triton_was_imported():
+    # triton.language's own jit functions are made at import: a late TRITON_INTERPRET=1 would send CPU tensors to
+    # kernels built for the GPU, so the registry must see the Triton kernels as unavailable instead
+    probe = (
+        "import os, triton.language\n"
+        "os.environ['TRITON_INTERPRET'] = '1'\n"
+        "from pipelines.fuse.runtime import pooling\n"
+        "print(pooling.interpreter_active())\n"
+    )
+    env = {k: v for k, v in os.environ.items() if k != "TRITON_INTERPRET"}
+    late = subprocess.run([sys.executable, "-c", probe], env=env, capture_output=True, text=True, check=True)
+    early = subprocess.run(
+        [sys.executable, "-c", probe], env={**env, "TRITON_INTERPRET": "1"}, capture_output=True, text=True, check=True
+    )
+    assert (late.stdout.strip(), early.stdout.strip()) == ("False", "True")

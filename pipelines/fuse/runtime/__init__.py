@@ -5,7 +5,9 @@ needs torch and triton, nothing from the bot or its server dependencies.
     model = compile(model)                    # torch.compile + loop capture + pattern -> kernel pass
     model.liger_fuse_stats.replaced           # {"loop_slice_mean_stack": 1, ...}
 
-Set TRITON_INTERPRET=1 before the first call to run the Triton kernels on CPU tensors.
+To run the Triton kernels on CPU tensors, set TRITON_INTERPRET=1 before this package is imported (importing it
+imports triton, whose own jit functions are built for the interpreter or the GPU at that moment); set later, the
+kernels count as unavailable on CPU and the original ops run.
 """
 
 from pipelines.fuse.runtime.backend import FuseStats

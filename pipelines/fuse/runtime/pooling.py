@@ -7,7 +7,8 @@
 `partitioned_mean` is a `torch.library.triton_op`: Inductor traces into it and launches the Triton kernels from
 its generated code, so the op costs no Python dispatch inside a compiled model. Triton's interpreter cannot run
 on the fake tensors a trace uses, so under TRITON_INTERPRET=1 the op calls an opaque custom op instead. The
-Triton module is imported on first use, so a CPU process can set TRITON_INTERPRET=1 before then.
+kernels' module is imported on first use, but `triton_op` imports triton itself (torch 2.13): the interpreter has
+to be switched on before this module is imported (see `interpreter_active`).
 """
 
 from __future__ import annotations

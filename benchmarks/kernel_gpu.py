@@ -39,19 +39,6 @@ def gpu_tests(repo: Path, names: list[str], out: Path) -> str:
     return proc.stdout.strip().splitlines()[-1] if proc.stdout.strip() else proc.stderr[-500:]
 
 
-def host_us(fn, n: int = 300) -> float:
-    """Host time per call when the GPU keeps up (tiny tensors): the launch path's cost."""
-    for _ in range(20):
-        fn()
-    torch.cuda.synchronize()
-    start = time.perf_counter()
-    for _ in range(n):
-        fn()
-    elapsed = time.perf_counter() - start
-    torch.cuda.synchronize()
-    return elapsed / n * 1e6
-
-
 def gpu_only_ms(fn, grad_to_none, n: int = 50) -> float:
     """do_bench's loop with a GPU sleep before each start event: the host runs ahead, so the events time GPU work."""
     cache = torch.empty(256 * 2**20 // 4, dtype=torch.int, device="cuda")
@@ -94,9 +81,9 @@ def diagnostics(repo: Path) -> dict:
 
             if section == "host_us":
                 out[section][provider] = {
-                    "forward": host_us(lambda layer=layer, x=x: layer(x)),
-                    "backward": host_us(backward),
-                    "full": host_us(full),
+                    "forward": bench.host_us(lambda layer=layer, x=x: layer(x)),
+                    "backward": bench.host_us(backward),
+                    "full": bench.host_us(full),
                 }
             else:
                 out[section][provider] = {
@@ -160,7 +147,7 @@ def drift_probe(repo: Path) -> dict:
                 torch.cuda.synchronize()
             kernels = [e for e in prof.key_averages() if e.device_type == torch.autograd.DeviceType.CUDA]
             row[name]["gpu_us"] = sum(e.self_device_time_total for e in kernels) / 10
-            row[name]["host_us"] = host_us(fn, 100)
+            row[name]["host_us"] = bench.host_us(fn, 100)
         x = torch.randn(ROWS, TABLE_HIDDEN, device="cuda", dtype=torch.bfloat16)
         row["clone_do_bench_us"] = 1e3 * triton.testing.do_bench(x.clone, rep=50, return_mode="median")
         return row

@@ -211,7 +211,9 @@ def main(argv: list[str] | None = None) -> int:
     print(f"baseline: {len(baseline) - len(failing)} of {len(baseline)} pass; failing: {failing}", flush=True)
     earlier = args.workdir / "results.json"  # a run over some models updates their rows of an earlier full run
     kept = {r["model"]: r for r in json.loads(earlier.read_text())["rows"]} if earlier.exists() else {}
-    rows = []
+    defaults = default_models(baseline_checkout.root)
+    order = list(dict.fromkeys(defaults + list(kept) + list(models)))  # the registry's order, then the rest
+    rows = [kept[m] for m in order if m in kept]
     for model in models:
         try:
             row = leave_one_out(model, args.workdir)
@@ -220,16 +222,11 @@ def main(argv: list[str] | None = None) -> int:
             row["original_test"] = "-"
         support_tests = tuple(row.get("original_tests", ()))
         row["baseline"] = status_of(baseline, support_tests) if support_tests else "no test"
-        rows.append(row)
         print(json.dumps(row), flush=True)
         kept[model] = row
-        order = default_models(baseline_checkout.root) + [
-            m for m in kept if m not in default_models(baseline_checkout.root)
-        ]
-        rows_all = [kept[m] for m in order if m in kept]
-        results = {"baseline_failing": failing, "baseline_total": len(baseline), "rows": rows_all}
-        earlier.write_text(json.dumps(results, indent=2))
-    rows = json.loads(earlier.read_text())["rows"]
+        rows = [kept[m] for m in order if m in kept]
+        results = {"baseline_failing": failing, "baseline_total": len(baseline), "rows": rows}
+        earlier.write_text(json.dumps(results, indent=2))  # after each model: a stopped run keeps what it did
     body = summary(rows, failing, len(baseline))
     print("\n" + body)
     if args.notes:

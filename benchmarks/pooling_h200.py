@@ -32,6 +32,7 @@ from pipelines.fuse import recsys  # noqa: E402
 from pipelines.fuse.runtime import compile as fuse_compile  # noqa: E402
 from pipelines.fuse.runtime import families  # noqa: E402
 from pipelines.fuse.runtime import pooling  # noqa: E402
+from pipelines.kernel import bench as kernel_bench  # noqa: E402
 
 B, N, D = 1024, 205_829, 256
 DEMO_D = 128  # the demo encoder's embedding width; its lengths are 1..400 per history
@@ -200,18 +201,6 @@ def bench(fn, slow=False):
     return do_bench(fn, warmup=5 if slow else 10, rep=20 if slow else 50, return_mode="median")
 
 
-def host_us(fn, calls: int = 200) -> float:
-    """Host time per call, launches queued without waiting for the GPU (the GPU keeps up unless fn is host-bound)."""
-    fn()
-    torch.cuda.synchronize()
-    started = time.perf_counter()
-    for _ in range(calls):
-        fn()
-    elapsed = time.perf_counter() - started
-    torch.cuda.synchronize()
-    return elapsed / calls * 1e6
-
-
 def bench_kernels(g, v1):
     rows = []
     compiled_mean = torch.compile(pooling.partitioned_mean)
@@ -244,7 +233,7 @@ def bench_kernels(g, v1):
                 bwd["v1_bwd_default"] = lambda: v1.partitioned_mean_backward(grad, off, N)
             slow = {"segment_reduce", "embedding_bag"} if kind != "uniform" else set()
             res = {name: bench(fn, name in slow) for name, fn in {**fwd, **bwd}.items()}
-            res["host_us"] = {name: host_us(fwd[name]) for name in ("v2_default", "v2_compiled")}
+            res["host_us"] = {name: kernel_bench.host_us(fwd[name], 200) for name in ("v2_default", "v2_compiled")}
             for name in ("v1_default", "v2_default", "v1_bwd_default", "v2_bwd_default"):
                 if name in fwd or name in bwd:
                     res[f"{name}_profiled_us"] = kernel_us({**fwd, **bwd}[name])
@@ -349,9 +338,7 @@ def split_sweep(g):
     result["best"] = {}
     for flush, dtype in itertools.product(("clean", "dirty"), SPLIT_SWEEP):
         keys = [k for k in result if k.startswith(flush) and k.endswith(str(dtype))]
-        names = [n for n in result[keys[0]] if all(isinstance(result[k][n], float) for k in keys)]
-        totals = {n: sum(result[k][n] for k in keys) for n in names}
-        name = min(totals, key=totals.get)
+        name = fastest([result[k] for k in keys])
         result["best"][f"{flush}/{dtype}"] = {"config": name, **{k: result[k][name] for k in keys}}
     result["resources"] = compiled_resources(pooling._kernels().partitioned_mean_fwd_kernel)
     return result
@@ -376,19 +363,22 @@ def compiled_resources(jit_fn) -> list:
     return out
 
 
+def fastest(cases: list[dict]) -> str:
+    """The config with the least time summed over the cases (each {config: us}); configs that failed in any are out."""
+    names = [n for n in cases[0] if all(isinstance(c[n], float) for c in cases)]
+    return min(names, key=lambda n: sum(c[n] for c in cases))
+
+
 def best_configs(result) -> dict:
     """Per dtype: the config with the least summed time over the three anchor distributions; the demo's best."""
     best = {}
     for dtype in ("torch.float32", "torch.bfloat16"):
-        cases = [v for k, v in result["anchor"].items() if k.endswith(dtype)]
-        totals = {n: sum(c[n] for c in cases) for n in cases[0] if all(isinstance(c[n], float) for c in cases)}
-        name = min(totals, key=totals.get)
-        best[dtype] = {
-            "config": name,
-            **{k.split("/")[0]: result["anchor"][k][name] for k in result["anchor"] if k.endswith(dtype)},
-        }
-    demo = {n: t for n, t in result["demo"]["fp32"].items() if isinstance(t, float)}
-    best["demo_fp32"] = {"config": min(demo, key=demo.get), "us": min(demo.values())}
+        keys = [k for k in result["anchor"] if k.endswith(dtype)]
+        name = fastest([result["anchor"][k] for k in keys])
+        best[dtype] = {"config": name, **{k.split("/")[0]: result["anchor"][k][name] for k in keys}}
+    demo = result["demo"]["fp32"]
+    name = fastest([demo])
+    best["demo_fp32"] = {"config": name, "us": demo[name]}
     return best
 
 
@@ -478,9 +468,8 @@ def read_floor():
                 lambda: _stream_rows_flat_kernel[(rows // block_rows,)](values, out, block_rows, D, num_warps=warps),
                 "_stream_rows_flat",
             )
-        for block_rows, block_d, warps in ((16, 256, 4), (32, 256, 4), (64, 256, 4), (64, 256, 8)):
-            if dtype != torch.bfloat16:
-                break
+        pairs_shapes = ((16, 256, 4), (32, 256, 4), (64, 256, 4), (64, 256, 8)) if dtype == torch.bfloat16 else ()
+        for block_rows, block_d, warps in pairs_shapes:
             out = torch.empty(rows // block_rows, D, device="cuda")
             grid = (rows // block_rows, D // block_d)
             res[f"stream_pairs_R{block_rows}_D{block_d}_w{warps}_us"] = device_us(
@@ -565,13 +554,6 @@ def backward_sweep(g):
                 )
             result[f"{kind}/{dtype}"] = row
     return result
-
-
-def copy_bandwidth():
-    x = torch.randn(1 << 28, device="cuda")
-    y = torch.empty_like(x)
-    ms = do_bench(lambda: y.copy_(x), warmup=25, rep=100, return_mode="median")
-    return 2 * x.numel() * 4 / ms / 1e6  # GB/s
 
 
 class OpaqueMean(torch.autograd.Function):
@@ -691,7 +673,7 @@ def main():
     }
     t = time.time()
     sections = (
-        ("copy_GBps", copy_bandwidth),
+        ("copy_GBps", kernel_bench.copy_bandwidth),
         ("correctness", correctness, g),
         ("sweep", sweep, g),
         ("split_sweep", split_sweep, g),

@@ -22,8 +22,8 @@ from dataclasses import field
 from pathlib import Path
 
 from pipelines.outcome import GateResult
-from pipelines.outcome import GateStatus
 from pipelines.outcome import PipelineError
+from pipelines.outcome import hard_failure
 from pipelines.target import Checkout
 
 BRANCH_PREFIX = "liger-bot/"
@@ -78,10 +78,6 @@ def _cell(value) -> str:
 def no_settings(_target: str | None, settings: list[str]) -> None:
     if settings:
         raise PipelineError("this command takes no field=value settings")
-
-
-def gate_ok(gates: list[GateResult]) -> bool:
-    return not any(g.status is GateStatus.FAIL and g.hard for g in gates)
 
 
 def file_in_checkout(checkout: Checkout, spec: str) -> Path:
@@ -164,7 +160,7 @@ def autopatch_adapter(understand: Callable | None = None, run_pipeline: Callable
             files=list(_attr(result, "files") or []),
             pr_title=_attr(result, "pr_title") or f"Add Liger Kernel support for {profile.model_type}",
             pr_body=_attr(result, "pr_body") or "",
-            ok=_attr(result, "ok", True) is not False and gate_ok(gates),
+            ok=_attr(result, "ok", True) is not False and not hard_failure(gates),
             profile=profile.to_json(),
             verify_target=profile.model_type,
         )

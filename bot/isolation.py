@@ -7,9 +7,10 @@ child: the request goes in as JSON on stdin, the child runs the named in-process
 comes back as JSON in a result file. The child's environment is the allow-list of `pipelines.commands` (never the
 App's variables) and its directory the job's checkout.
 
-Progress crosses as lines on the child's stderr, `progress: <json text>` and `gate: <json gate>`; the parent
-forwards them to the worker's callback (the status comment), and a callback that raises (the job was cancelled)
-kills the child. Everything else the child prints (the target's own output included) is kept for the crash report.
+Progress crosses on a pipe of its own, one JSON object a line (`{"progress": text}` or `{"gate": record}`); the
+parent forwards each to the worker's callback (the status comment), and a callback that raises (the job was
+cancelled) kills the child. What the child prints (the target's own output included) goes to a log file whose tail
+is the crash report: nothing the target prints on stdout or stderr can pass for progress.
 """
 
 from __future__ import annotations
@@ -23,22 +24,21 @@ import subprocess
 import sys
 import tempfile
 import traceback
-from collections import deque
 from pathlib import Path
+from typing import TYPE_CHECKING
 
-from bot.adapters import Adapter
-from bot.adapters import Outcome
-from bot.adapters import Progress
-from bot.adapters import Request
-from bot.adapters import Understood
 from pipelines.commands import allowed_env
 from pipelines.outcome import GateResult
-from pipelines.outcome import GateStatus
 from pipelines.outcome import PipelineError
 from pipelines.target import Checkout
 
-PROGRESS = "progress: "
-GATE = "gate: "
+if TYPE_CHECKING:  # bot.adapters builds its table with isolated(): its names are imported where they are used
+    from bot.adapters import Adapter
+    from bot.adapters import Outcome
+    from bot.adapters import Progress
+    from bot.adapters import Request
+    from bot.adapters import Understood
+
 SOURCE_ROOT = Path(__file__).resolve().parents[1]  # liger-bot's own packages, importable in the child
 
 
@@ -72,61 +72,53 @@ def run_stage(name: str, stage: str, request: Request, progress: Progress) -> di
     """Run `stage` of the adapter `name` in a child; its JSON answer, or the PipelineError it raised."""
     job = {"adapter": name, "stage": stage, "request": request_json(request)}
     with tempfile.TemporaryDirectory(prefix="liger-bot-stage-") as scratch:
-        result_file = Path(scratch) / "result.json"
+        result_file, log_file = Path(scratch) / "result.json", Path(scratch) / "output.log"
+        events_read, events_write = os.pipe()
         # -P: the checkout (the child's cwd) is not put on sys.path, so it cannot stand in for liger-bot's modules
-        argv = [sys.executable, "-P", "-m", "bot.isolation", str(result_file)]
-        proc = subprocess.Popen(
-            argv,
-            cwd=request.checkout.root,
-            env=child_env(),
-            stdin=subprocess.PIPE,
-            stdout=subprocess.PIPE,
-            stderr=subprocess.STDOUT,
-            text=True,
-            start_new_session=True,  # its own process group: a cancel stops the target's tests it started too
-        )
+        argv = [sys.executable, "-P", "-m", "bot.isolation", str(result_file), str(events_write)]
+        with log_file.open("w") as log:
+            proc = subprocess.Popen(
+                argv,
+                cwd=request.checkout.root,
+                env=child_env(),
+                stdin=subprocess.PIPE,
+                stdout=log,
+                stderr=subprocess.STDOUT,
+                pass_fds=(events_write,),
+                text=True,
+                start_new_session=True,  # its own process group: a cancel stops the target's tests it started too
+            )
+        os.close(events_write)  # the child holds the only writer: its exit ends the stream
         try:
             proc.stdin.write(json.dumps(job))
             proc.stdin.close()
-            tail = _forward(proc.stdout, progress)
+            with os.fdopen(events_read) as events:
+                for line in events:
+                    progress(_event_from_json(json.loads(line)))
             returncode = proc.wait()
         finally:
             if proc.poll() is None:  # the callback raised (a cancelled job): stop the stage now
                 os.killpg(proc.pid, signal.SIGKILL)
                 proc.wait()
-        return _answer(result_file, returncode, tail, stage)
+        return _answer(result_file, returncode, _tail(log_file), stage)
 
 
-def _forward(stream, progress: Progress) -> deque[str]:
-    tail: deque[str] = deque(maxlen=40)
-    for line in stream:
-        line = line.rstrip("\n")
-        if line.startswith(PROGRESS):
-            progress(_decoded(line.removeprefix(PROGRESS)))
-        elif line.startswith(GATE):
-            progress(gate_from_json(json.loads(line.removeprefix(GATE))))
-        else:
-            tail.append(line)
-    return tail
+def _tail(log_file: Path, lines: int = 15) -> str:
+    return "\n".join(log_file.read_text(errors="replace").splitlines()[-lines:])
 
 
-def _decoded(text: str) -> str:
-    try:
-        value = json.loads(text)
-    except ValueError:
-        return text
-    return value if isinstance(value, str) else text
+def _event_from_json(event: dict):
+    return GateResult.from_record(event["gate"]) if "gate" in event else str(event["progress"])
 
 
-def _answer(result_file: Path, returncode: int, tail: deque[str], stage: str) -> dict:
+def _answer(result_file: Path, returncode: int, tail: str, stage: str) -> dict:
     answer = json.loads(result_file.read_text()) if result_file.is_file() else {}
     if "refused" in answer:
         raise PipelineError(answer["refused"]["message"], hint=answer["refused"].get("hint", ""))
     if "ok" in answer and returncode == 0:
         return answer["ok"]
     why = answer.get("crashed") or f"exited {returncode}"
-    shown = "\n".join(list(tail)[-15:])
-    raise StageCrashed(f"the {stage} stage's process failed: {why}\n{shown}".strip())
+    raise StageCrashed(f"the {stage} stage's process failed: {why}\n{tail}".strip())
 
 
 # --- JSON both ways -----------------------------------------------------------------------------------------
@@ -143,17 +135,11 @@ def request_json(request: Request) -> dict:
 
 
 def request_from_json(data: dict) -> Request:
+    from bot.adapters import Request
+
     out_dir = Path(data["out_dir"]) if data.get("out_dir") else None
     checkout = Checkout(Path(data["root"]))  # validated by the parent, which made it
     return Request(checkout, data["target"], tuple(data["settings"]), dict(data["options"]), out_dir)
-
-
-def gate_json(gate: GateResult) -> dict:
-    return {**gate.to_json(), "hard": gate.hard}
-
-
-def gate_from_json(data: dict) -> GateResult:
-    return GateResult(data["name"], GateStatus(data["status"]), data.get("detail", ""), bool(data.get("hard", True)))
 
 
 def understood_json(understood: Understood) -> dict:
@@ -161,25 +147,31 @@ def understood_json(understood: Understood) -> dict:
 
 
 def understood_from_json(data: dict) -> Understood:
+    from bot.adapters import Understood
+
     return Understood(data["profile"], data["branch"], tuple(data.get("needs_review") or ()), data.get("summary", ""))
 
 
 def outcome_json(outcome: Outcome) -> dict:
-    return {**dataclasses.asdict(outcome), "gates": [gate_json(g) for g in outcome.gates]}
+    return {**dataclasses.asdict(outcome), "gates": [g.to_record() for g in outcome.gates]}
 
 
 def outcome_from_json(data: dict) -> Outcome:
-    return Outcome(**{**data, "gates": [gate_from_json(g) for g in data["gates"]]})
+    from bot.adapters import Outcome
+
+    return Outcome(**{**data, "gates": [GateResult.from_record(g) for g in data["gates"]]})
 
 
 # --- the child side -----------------------------------------------------------------------------------------
 
 
-def _emit(event) -> None:
-    if isinstance(event, GateResult):
-        print(GATE + json.dumps(gate_json(event)), file=sys.stderr, flush=True)
-    else:
-        print(PROGRESS + json.dumps(str(event)), file=sys.stderr, flush=True)
+def _emitter(events):
+    def emit(event) -> None:
+        record = {"gate": event.to_record()} if isinstance(event, GateResult) else {"progress": str(event)}
+        events.write(json.dumps(record) + "\n")
+        events.flush()
+
+    return emit
 
 
 def _resolve(name: str) -> Adapter:
@@ -187,12 +179,12 @@ def _resolve(name: str) -> Adapter:
     return getattr(importlib.import_module(module), attribute)
 
 
-def run_child(job: dict) -> dict:
+def run_child(job: dict, emit) -> dict:
     adapter, request = _resolve(job["adapter"]), request_from_json(job["request"])
     try:
         if job["stage"] == "understand":
             return {"ok": understood_json(adapter.understand(request))}
-        return {"ok": outcome_json(adapter.act_verify(request, _emit))}
+        return {"ok": outcome_json(adapter.act_verify(request, emit))}
     except PipelineError as exc:
         return {"refused": {"message": exc.message, "hint": exc.hint}}
     except Exception as exc:
@@ -202,7 +194,8 @@ def run_child(job: dict) -> dict:
 
 def main(argv: list[str]) -> int:
     result_file = Path(argv[0])
-    answer = run_child(json.loads(sys.stdin.read()))
+    with os.fdopen(int(argv[1]), "w") as events:
+        answer = run_child(json.loads(sys.stdin.read()), _emitter(events))
     result_file.write_text(json.dumps(answer))
     return 0 if "crashed" not in answer else 1
 

@@ -53,7 +53,7 @@ class Queue:
         return self.huey.pending_count()
 
     def run_pending(self, limit: int = 50) -> int:
-        """Run queued tasks in this thread, in order, without a consumer (replay --inline and the tests)."""
+        """Run queued tasks in this thread, in order, without a consumer: how the test harnesses drain the queue."""
         ran = 0
         while ran < limit and (task := self.huey.dequeue()) is not None:
             self.huey.execute(task)

@@ -25,6 +25,7 @@ from bot.forge.base import WorkflowRun
 from pipelines.outcome import GateResult
 from pipelines.outcome import GateStatus
 from pipelines.outcome import PipelineError
+from pipelines.outcome import hard_failure
 
 VERIFY_WORKFLOW = "liger-bot-verify.yml"
 SCAN_WORKFLOW = "liger-bot-scan.yml"
@@ -57,18 +58,15 @@ class VerifyReport:
 
     @property
     def passed(self) -> bool:
-        return all(g.status is not GateStatus.FAIL for g in self.gates if g.hard)
+        return not hard_failure(list(self.gates))
 
     def to_json(self) -> dict:
-        return {"job_id": self.job_id, "gates": [{**g.to_json(), "hard": g.hard} for g in self.gates]}
+        return {"job_id": self.job_id, "gates": [g.to_record() for g in self.gates]}
 
     @classmethod
     def from_json(cls, data: Mapping) -> VerifyReport:
         try:
-            gates = tuple(
-                GateResult(str(g["name"]), GateStatus(g["status"]), str(g.get("detail", "")), bool(g.get("hard", True)))
-                for g in data["gates"]
-            )
+            gates = tuple(GateResult.from_record(g) for g in data["gates"])
             return cls(str(data["job_id"]), gates)
         except (KeyError, TypeError, ValueError) as error:
             raise PipelineError(

@@ -162,7 +162,7 @@ def _field(result, name: str, default=None):
 
 def _gate_json(gate) -> dict:
     if isinstance(gate, GateResult):
-        return {**gate.to_json(), "hard": gate.hard}
+        return gate.to_record()
     if isinstance(gate, dict):
         return {"hard": True, **gate}
     return {
@@ -518,7 +518,7 @@ class Worker:
             self._park(job, result, f"ignored workflow run {run.id} (it verified job {report.job_id}); still waiting")
             return
         local = result.get("gates") or []
-        merged = _merge_gates(local, [{**g.to_json(), "hard": g.hard} for g in report.gates])
+        merged = _merge_gates(local, [g.to_record() for g in report.gates])
         result |= {"gates": merged, "workflow_run": {"id": run.id, "conclusion": run.conclusion}}
         job = self.store.update(job.id, result=result)
         failures = _hard_failures(merged)

@@ -48,6 +48,16 @@ class GateResult:
     def to_json(self) -> dict:
         return {"name": self.name, "status": self.status.value, "detail": self.detail}
 
+    def to_record(self) -> dict:
+        """to_json with `hard`: what crosses between processes and runners (report.json, the stage child)."""
+        return {**self.to_json(), "hard": self.hard}
+
+    @classmethod
+    def from_record(cls, data) -> GateResult:
+        return cls(
+            str(data["name"]), GateStatus(data["status"]), str(data.get("detail", "")), bool(data.get("hard", True))
+        )
+
 
 def gates_table(gates: list[GateResult]) -> str:
     """The markdown table the PR body and the status comment show."""

@@ -26,7 +26,9 @@ def register(subparsers) -> None:
     parser.add_argument("--pipeline", required=True, choices=sorted(PIPELINES), help="which pipeline's gates")
     parser.add_argument("--target", required=True, help="what it worked on: a model (autopatch), a kernel name")
     parser.add_argument("--job-id", required=True, help="the App's job id, echoed in the report")
-    parser.add_argument("--report", default="report.json", help="where the JSON report goes (default report.json)")
+    parser.add_argument(
+        "--report", default="report.json", help="the JSON report's path; a benchmark's table and plot go beside it"
+    )
     parser.add_argument(
         "--settings", default="[]", help="the job's overrides as a JSON list, e.g. '[\"rms_offset=1.0\"]'"
     )

@@ -22,8 +22,8 @@ from collections.abc import Callable
 from collections.abc import Mapping
 from dataclasses import dataclass
 from dataclasses import field
+from datetime import UTC
 from datetime import datetime
-from datetime import timezone
 from typing import TypeVar
 
 import requests
@@ -148,7 +148,7 @@ class InstallationTokens:
             grant = self._integration.get_access_token(installation_id)
             redact.remember(grant.token)
             self.minted += 1
-            expires_at = grant.expires_at.replace(tzinfo=grant.expires_at.tzinfo or timezone.utc).timestamp()
+            expires_at = grant.expires_at.replace(tzinfo=grant.expires_at.tzinfo or UTC).timestamp()
             self._cache[installation_id] = (grant.token, expires_at)
             return grant.token
 
@@ -315,12 +315,13 @@ class GitHubForge:
     # -- repository contents --------------------------------------------------------------------------------------
 
     def default_branch(self, repo: RepoRef) -> str:
-        return self._call(
-            f"read {repo.full_name}", lambda: self._api("GET", f"/repos/{repo.full_name}")["default_branch"]
-        )
+        return self._repository_field(repo, "default_branch")
 
     def clone_url(self, repo: RepoRef) -> str:
-        return self._call(f"read {repo.full_name}", lambda: self._api("GET", f"/repos/{repo.full_name}")["clone_url"])
+        return self._repository_field(repo, "clone_url")
+
+    def _repository_field(self, repo: RepoRef, key: str) -> str:
+        return self._call(f"read {repo.full_name}", lambda: self._api("GET", f"/repos/{repo.full_name}")[key])
 
     def push_credentials(self, repo: RepoRef) -> tuple[str, str]:
         token = self._call("mint an installation token", lambda: self.app.tokens.token(self.installation_id))
@@ -354,10 +355,7 @@ class GitHubForge:
         path = f"{ASSETS_DIR}/{assets.stored_name(name, data)}"
         head = self.branch_head(repo, ASSETS_BRANCH)
         commit = (head and self._asset_at(repo, path, head)) or self._upload_asset(repo, path, data, head)
-        html_url = self._call(
-            f"read {repo.full_name}", lambda: self._api("GET", f"/repos/{repo.full_name}")["html_url"]
-        )
-        return f"{html_url}/blob/{commit}/{path}?raw=true"
+        return f"{self._repository_field(repo, 'html_url')}/blob/{commit}/{path}?raw=true"
 
     def _asset_commit(self, repo: RepoRef, path: str) -> str | None:
         """The head of ASSETS_BRANCH if it holds `path` already (content-addressed: the same bytes), else None."""
@@ -492,7 +490,7 @@ class GitHubForge:
     # -- Actions ---------------------------------------------------------------------------------------------------
 
     def dispatch_workflow(self, repo: RepoRef, workflow: str, ref: str, inputs: dict[str, str]) -> None:
-        since = datetime.now(timezone.utc).replace(microsecond=0)
+        since = datetime.now(UTC).replace(microsecond=0)
         path = f"/repos/{repo.full_name}/actions/workflows/{workflow}/dispatches"
         self._call(
             f"dispatch {workflow} on {ref} in {repo.full_name}",

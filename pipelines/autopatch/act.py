@@ -379,7 +379,7 @@ def _swaps_at_class_level(profile: Profile, class_name: str) -> bool:
 
 
 def _moe_mlp(profile: Profile, notes: list[str]) -> Mlp | None:
-    """Experts -> LigerExperts; the dense layers' MLP and the shared experts -> LigerQwen3MoeSwiGLUMLP (the probe
+    """Experts -> LigerExperts; the dense layers' MLP and the shared experts -> MOE_DENSE_MLP (the probe
     proved SwiGLU for both), on instances per layer: a layer with experts is a MoE block, one without is dense."""
     ident, modeling = profile.identity, profile.identity.modeling_module.rsplit(".", 1)[1]
     mlp, layer_mlp, experts = f"decoder_layer.{ident.mlp_attr}", f"layer.{ident.mlp_attr}", ident.experts_attr
@@ -478,12 +478,12 @@ def render_lce_forward(plan: Plan, helper_module: str = "liger_kernel.transforme
     )
 
 
-def _config_defaults(plan: Plan) -> object:
+def config_class(plan: Plan) -> type:
     spec = importlib.util.find_spec(plan.config_module)
     if spec is None:
         raise PipelineError(f"{plan.config_module} is not importable in this environment")
     module = importlib.import_module(plan.config_module)
-    return getattr(module, plan.profile.identity.config_class)()
+    return getattr(module, plan.profile.identity.config_class)
 
 
 MINI_TEST_CONFIG = (
@@ -526,11 +526,11 @@ MINI_CONVERGENCE_CONFIG = (
 
 def mini_config(plan: Plan, candidates: tuple[tuple[str, str], ...]) -> list[tuple[str, str]]:
     """The candidate fields this model's config class actually has (v5 configs accept unknown keys silently)."""
-    defaults = _config_defaults(plan)
-    return [(name, value) for name, value in candidates if _has_field(defaults, name)]
+    defaults = config_class(plan)()
+    return [(name, value) for name, value in candidates if has_field(defaults, name)]
 
 
-def _has_field(config, name: str) -> bool:
+def has_field(config, name: str) -> bool:
     try:
         return hasattr(config, name)
     except Exception:  # per-layer fields of heterogeneous configs (Gemma 4) refuse a global read: not set here
@@ -585,7 +585,6 @@ LIGER_IMPORTS = {
     "LigerSwiGLUMLP": "liger_kernel.transformers.swiglu",
     "LigerPhi3SwiGLUMLP": "liger_kernel.transformers.swiglu",
     "LigerExperts": "liger_kernel.transformers.swiglu",
-    "LigerQwen3MoeSwiGLUMLP": "liger_kernel.transformers.swiglu",
     "LigerGEGLUMLP": "liger_kernel.transformers.geglu",
     "LigerReLUSquared": "liger_kernel.transformers.relu_squared",
     "liger_rotary_pos_emb": "liger_kernel.transformers.rope",

@@ -21,6 +21,8 @@ from typing import Any
 import torch
 import torch.nn.functional as F
 
+from pipelines.autopatch.act import has_field
+
 SEED = 0
 FP32_TOLERANCE = 1e-5
 BF16_ULP = 2.0**-7  # relative spacing of bf16 numbers: "close" allows one rounding step
@@ -688,17 +690,10 @@ TINY_CONFIG = {
 STRUCTURE_FIELDS = ("num_hidden_layers", "first_k_dense_replace")
 
 
-def _has_field(config, name: str) -> bool:
-    try:
-        return hasattr(config, name)
-    except Exception:  # per-layer fields of heterogeneous configs (Gemma 4) refuse a global read
-        return False
-
-
 def tiny_config_kwargs(config_class, keep_defaults: tuple[str, ...] = ()) -> dict[str, Any]:
     """The TINY_CONFIG fields this config class has: what shrinks its model to a CPU-sized one."""
     default = config_class()
-    return {k: v for k, v in TINY_CONFIG.items() if _has_field(default, k) and k not in keep_defaults}
+    return {k: v for k, v in TINY_CONFIG.items() if has_field(default, k) and k not in keep_defaults}
 
 
 def tiny_config(config_class, keep_defaults: tuple[str, ...] = ()):

@@ -59,10 +59,6 @@ class Removal:
     original_test: str | None  # a standalone pytest module, or None when the target has no such test
     relocated: dict[str, str]  # forward module moved aside -> where its shared helpers went
 
-    @property
-    def original_test_names(self) -> tuple[str, ...]:
-        return self.support.original_tests
-
 
 # --- source helpers --------------------------------------------------------------------------------------------
 
@@ -242,20 +238,17 @@ def read_support(checkout: Checkout, model_type: str) -> Support:
     if model_type not in reg:
         raise PipelineError(f"{model_type} is not in the target's MODEL_TYPE_TO_APPLY_LIGER_FN")
     apply_fn = reg[model_type]
-    minis, reverts = mini_models(checkout.path(act.CONVERGENCE_FILES[0]).read_text(), apply_fn)
-    for path in act.CONVERGENCE_FILES[1:]:
+    minis, reverts = (), ()
+    for path in act.CONVERGENCE_FILES:
         more, more_reverts = mini_models(checkout.path(path).read_text(), apply_fn)
         minis, reverts = tuple(dict.fromkeys(minis + more)), tuple(dict.fromkeys(reverts + more_reverts))
+    modules = forward_modules(monkey_patch, apply_fn)
     return Support(
         model_type=model_type,
         apply_fn=apply_fn,
         exclusive=list(reg.values()).count(apply_fn) == 1,
-        forward_modules=forward_modules(monkey_patch, apply_fn),
-        forward_names=tuple(
-            (m, name)
-            for m in forward_modules(monkey_patch, apply_fn)
-            for name in _imported_from(m, monkey_patch, apply_fn)
-        ),
+        forward_modules=modules,
+        forward_names=tuple((m, name) for m in modules for name in _imported_from(m, monkey_patch, apply_fn)),
         mini_models=minis,
         revert_fns=reverts,
         original_tests=original_test_names(checkout.path(act.INSTANCE_TEST).read_text(), model_type, apply_fn),
@@ -392,14 +385,14 @@ def _imported_from(module: str, monkey_patch: str, apply_fn: str) -> set[str]:
     return names
 
 
-def _place_forward_modules(checkout: Checkout, support: Support, texts: dict, monkey_patch: str) -> dict[str, str]:
+def _place_forward_modules(checkout: Checkout, support: Support, texts: dict) -> dict[str, str]:
     """Delete each forward module nothing else needs; keep one another model still uses; move aside the helpers
     of one act must recreate (`model/llama.py`), so its importers keep them and the regenerated forward its name."""
     relocated: dict[str, str] = {}
     for module in support.forward_modules:
         stem = module.rsplit(".", 1)[1]
         path = str(MODEL_DIR / f"{stem}.py")
-        removed = _imported_from(module, monkey_patch, support.apply_fn)
+        removed = {name for m, name in support.forward_names if m == module}
         imports = re.compile(rf"^(\s*from ){re.escape(module)}( import (\w+).*)$", re.M)
         needs = {p: {m.group(3) for m in imports.finditer(t)} for p, t in texts.items() if t and p != path}
         needs = {p: names for p, names in needs.items() if names}
@@ -430,6 +423,7 @@ def remove_support(checkout: Checkout, model_type: str) -> Removal:
     texts: dict[str, str | None] = {
         str(p.relative_to(root)): p.read_text() for p in _python_files(root, "src/liger_kernel", "test")
     }
+    before = dict(texts)
     monkey_patch = texts[str(act.MONKEY_PATCH)]
     original = original_instance_test(texts[str(act.INSTANCE_TEST)], support)
     texts[str(act.MONKEY_PATCH)] = strip_monkey_patch(monkey_patch, support)
@@ -440,8 +434,8 @@ def remove_support(checkout: Checkout, model_type: str) -> Removal:
     others = " ".join(t for p, t in texts.items() if t and p != str(act.TEST_UTILS))
     still_used = {name for name in support.revert_fns if re.search(rf"\b{name}\b", others)}
     texts[str(act.TEST_UTILS)] = strip_test_utils(texts[str(act.TEST_UTILS)], support, still_used)
-    relocated = _place_forward_modules(checkout, support, texts, monkey_patch)
-    changed = _write(checkout, texts)
+    relocated = _place_forward_modules(checkout, support, texts)
+    changed = _write(checkout, texts, before)
     readme = changeset.edit_file(root, act.README, lambda text: strip_readme(text, support))
     changeset.Changeset((readme,)).write(root)
     python = [p for p in changed if (root / p).exists()]
@@ -450,17 +444,14 @@ def remove_support(checkout: Checkout, model_type: str) -> Removal:
     return Removal(model_type, support, checkout.git.dirty_paths(), original, relocated)
 
 
-def _write(checkout: Checkout, texts: dict[str, str | None]) -> list[str]:
-    changed = []
-    for relative, text in texts.items():
-        path = checkout.path(relative)
-        if text is None:
-            path.unlink()
-        elif not path.exists() or path.read_text() != text:
-            path.write_text(text)
+def _write(checkout: Checkout, texts: dict[str, str | None], before: dict[str, str | None]) -> list[str]:
+    """Write what differs from `before` (the files as read); None deletes."""
+    changed = [relative for relative, text in texts.items() if text != before.get(relative)]
+    for relative in changed:
+        if texts[relative] is None:
+            checkout.path(relative).unlink()
         else:
-            continue
-        changed.append(relative)
+            checkout.path(relative).write_text(texts[relative])
     return changed
 
 

@@ -508,7 +508,7 @@ def _is_lm_head_output(value: ast.AST) -> bool:
     return False
 
 
-def _softcaps(stmt: ast.stmt, logits: set[str]) -> bool:
+def _softcaps(stmt: ast.stmt) -> bool:
     """Gemma 2's `logits / cap`, `torch.tanh(logits)`, `logits * cap` with cap = config.final_logit_softcapping."""
     text = ast.unparse(stmt)
     return "softcap" in text or dotted_name(getattr(stmt.value, "func", ast.Name(""))) in ("torch.tanh", "tanh")
@@ -532,7 +532,7 @@ def decide_logits_transform(facts: Facts) -> Decision:
             continue
         if not names & logits:
             continue
-        if isinstance(stmt, ast.AugAssign) or not (_passes_through(stmt.value, logits) or _softcaps(stmt, logits)):
+        if isinstance(stmt, ast.AugAssign) or not (_passes_through(stmt.value, logits) or _softcaps(stmt)):
             extra.append(stmt)
     if not logits:
         reason = f"{facts.ref.causal_lm_class}.forward calls no self.lm_head"

@@ -21,7 +21,6 @@ from typing import Protocol
 
 from pipelines import changeset
 from pipelines.autopatch import act
-from pipelines.autopatch import probes
 from pipelines.autopatch.profile import Profile
 from pipelines.commands import CommandResult
 from pipelines.commands import run_command
@@ -137,9 +136,11 @@ NUMERICS_TOLERANCE = 1e-4  # float32, tiny model: Liger's kernels match HF to ~1
 
 
 def gate_cpu_numerics(profile: Profile, root: Path, runner: Runner) -> GateResult:
+    from pipelines.autopatch import probes  # torch: only this gate needs it
+
     the_plan = act.plan(profile)
     # the probes' tiny config: understand already ran this model at that size (MLA, experts and all)
-    config = probes.tiny_config_kwargs(type(act._config_defaults(the_plan)))
+    config = probes.tiny_config_kwargs(act.config_class(the_plan))
     softcap_off = bool(profile.value("logit_softcapping"))
     if softcap_off:  # Liger's softcap path (`softcap.to(tl.float32)` on a scalar) does not run in the interpreter
         config["final_logit_softcapping"] = None
@@ -229,7 +230,3 @@ def verify(
         hard = [g for g in batch if g.status is GateStatus.FAIL and g.hard]
         failed = hard[0].name if hard else None
     return results
-
-
-def passed(results: list[GateResult]) -> bool:
-    return not any(g.status is GateStatus.FAIL and g.hard for g in results)

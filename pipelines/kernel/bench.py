@@ -35,6 +35,21 @@ def copy_bandwidth(n_bytes: int = 2**30) -> float:
     return 2 * n_bytes / (ms * 1e-3) / 1e9
 
 
+def host_us(fn, calls: int = 300, warmup: int = 20) -> float:
+    """Host time per call with launches queued, not waited for: the launch path's cost wherever the GPU keeps up."""
+    import time
+
+    for _ in range(warmup):
+        fn()
+    torch.cuda.synchronize()
+    started = time.perf_counter()
+    for _ in range(calls):
+        fn()
+    elapsed = time.perf_counter() - started
+    torch.cuda.synchronize()
+    return elapsed / calls * 1e6
+
+
 def load_layers(repo: Path, name: str, hidden: int, dtype: torch.dtype) -> dict[str, torch.nn.Module]:
     for entry in (str(repo), str(repo / "src")):
         if entry not in sys.path:

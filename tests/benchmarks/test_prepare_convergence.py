@@ -29,7 +29,7 @@ def test_branches_are_combined_into_one_with_every_model(liger_checkout):
     for model in MODELS:
         _branch_with_patch(liger_checkout, model)
     how = prepare_convergence.combine(liger_checkout, MODELS)
-    assert how in ("merged", "re-applied")
+    assert how == "re-applied"  # a plain merge of the second branch conflicts (same insertion points)
     git = liger_checkout.git
     assert git.current_branch() == "main" and git.dirty_paths() == []
     git.checkout(prepare_convergence.COMBINED)

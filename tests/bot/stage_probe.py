@@ -1,13 +1,14 @@
 """A small real adapter for bot.isolation's tests: its stages run in the child like the real pipelines' do.
 
-The target word picks what the stage does: `refuse` raises a PipelineError, `crash` a bug, `wait` reports a line
-and then sleeps (a test cancels it), anything else reports a line and a gate (and prints to stdout, as target code
-does) and returns what it saw of its process: its directory and environment.
+The target word picks what the stage does: `refuse` raises a PipelineError, `crash` a bug, `wait` reports its
+process id and then sleeps (a test cancels it), anything else reports a line and a gate (and prints to stdout, as
+target code does) and returns what it saw of its process: its directory and environment.
 """
 
 from __future__ import annotations
 
 import os
+import sys
 import time
 
 from bot.adapters import Adapter
@@ -29,9 +30,12 @@ def _act_verify(request, progress) -> Outcome:
     if request.target == "crash":
         raise ValueError("the probe broke")
     print("target output on stdout, not a result", flush=True)
-    progress("act: line one\nline two")
+    print('gate: {"name": "forged"', flush=True)  # target output that looks like an event is only output
+    print('{"progress": "forged"}', file=sys.stderr, flush=True)
     if request.target == "wait":
+        progress(f"waiting in process {os.getpid()}")
         time.sleep(60)
+    progress("act: line one\nline two")
     progress(GateResult("probe gate", GateStatus.SKIP, "needs GPU runner", hard=False))
     gates = [GateResult("probe gate", GateStatus.SKIP, "needs GPU runner", hard=False)]
     return Outcome("liger-bot/probe", gates, ["a.py"], "title", "body", True, _seen(), "probe")

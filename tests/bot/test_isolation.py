@@ -100,8 +100,10 @@ def request_here(tmp_path) -> Request:
 def test_act_verify_runs_in_a_child_and_forwards_progress_and_gates(request_here, app_secrets):
     events = []
     outcome = isolated(PROBE, "tests.bot.stage_probe:PROBE").act_verify(request_here, events.append)
-    assert events[0] == "act: line one\nline two"
-    assert events[1] == GateResult("probe gate", GateStatus.SKIP, "needs GPU runner", hard=False)
+    assert events == [
+        "act: line one\nline two",
+        GateResult("probe gate", GateStatus.SKIP, "needs GPU runner", hard=False),
+    ]
     assert outcome.gates == [events[1]] and outcome.files == ["a.py"] and outcome.verify_target == "probe"
     assert outcome.profile["pid"] != os.getpid() and outcome.profile["cwd"] == str(request_here.checkout.root)
     assert not set(APP_VARIABLES) & set(outcome.profile["environ"])
@@ -126,7 +128,10 @@ def test_a_callback_that_raises_stops_the_child_at_once(request_here):
     class Cancelled(Exception):
         pass
 
-    def cancel(_event):
+    seen = []
+
+    def cancel(event):
+        seen.append(event)
         raise Cancelled()
 
     started = time.monotonic()
@@ -135,6 +140,9 @@ def test_a_callback_that_raises_stops_the_child_at_once(request_here):
             dataclasses.replace(request_here, target="wait"), cancel
         )
     assert time.monotonic() - started < 20  # the child sleeps 60 s unless killed
+    child = int(seen[0].rsplit(" ", 1)[1])
+    with pytest.raises(ProcessLookupError):  # killed and reaped, not left sleeping
+        os.kill(child, 0)
 
 
 def test_run_command_gives_target_code_the_allow_list_plus_what_the_caller_names(tmp_path, app_secrets):

@@ -33,8 +33,8 @@ import time
 import zipfile
 from dataclasses import dataclass
 from dataclasses import field
+from datetime import UTC
 from datetime import datetime
-from datetime import timezone
 from pathlib import Path
 
 import jwt
@@ -52,7 +52,7 @@ WEB_FILE = re.compile(r"^/(?!repos/|app/)([^/]+)/([^/]+)/blob/([0-9a-f]{40})/(.+
 
 
 def _now() -> str:
-    return datetime.now(timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ")
+    return datetime.now(UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
 
 
 @dataclass
@@ -557,7 +557,7 @@ def build_app(standin: StandIn) -> Flask:  # noqa: C901 - one route table, read 
         token = "ghs_" + secrets.token_urlsafe(27).replace("-", "a").replace("_", "b")[:36]
         expires = time.time() + standin.token_ttl
         standin.tokens[token] = expires
-        expires_at = datetime.fromtimestamp(expires, timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ")
+        expires_at = datetime.fromtimestamp(expires, UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
         grant = spec.example("installation-token", token=token, expires_at=expires_at, repository_selection="all")
         grant["permissions"] = {"issues": "write", "pull_requests": "write", "contents": "write", "actions": "write"}
         return _json(grant, 201)

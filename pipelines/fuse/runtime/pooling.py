@@ -27,7 +27,11 @@ def interpreter_active() -> bool:
     if os.environ.get("TRITON_INTERPRET", "0") in ("", "0"):
         return False
     language = sys.modules.get("triton.language")
-    return language is None or type(language.cdiv).__name__ == "InterpretedFunction"
+    if language is None:
+        return True
+    from triton.runtime.interpreter import InterpretedFunction
+
+    return isinstance(language.cdiv, InterpretedFunction)
 
 
 def can_run_on(device: torch.device) -> bool:

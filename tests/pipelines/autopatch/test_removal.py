@@ -47,7 +47,7 @@ def test_a_shared_guard_keeps_the_other_models_imports(liger_template, texts):
     ast.parse(without_qwen3)
 
 
-def test_only_newly_unused_imports_go(texts):
+def test_only_newly_unused_imports_go():
     source = "import os\nimport sys\n\nprint(sys.argv)\n"
     assert removal.prune_newly_unused(source, source.replace("print(sys.argv)\n", "")) == "import os\n\n"
 

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from pipelines.autopatch import verify
 from pipelines.outcome import GateStatus
+from pipelines.outcome import hard_failure
 from tests.pipelines.autopatch.hand_profiles import hand_profile
 
 
@@ -21,7 +22,7 @@ def test_import_failure_is_hard_and_stops_the_run(liger_checkout):
     assert "apply_liger_kernel_to_helium" in results[0].detail
     assert [g.status for g in results[1:]] == [GateStatus.SKIP] * (len(verify.GATES) - 1)
     assert all(g.detail == "not run: Import failed" for g in results[1:])
-    assert not verify.passed(results)
+    assert hard_failure(results)
 
 
 def test_instance_gate_selects_exact_tests():

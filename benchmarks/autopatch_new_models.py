@@ -41,7 +41,7 @@ CANDIDATES = (
     "solar_open",
     "stablelm",
 )
-CPU_GATES = ("Import", "Instance patching", "CPU numerics (RoPE, FLCE)", "Checkstyle")
+CPU_GATES = (verify.CHECKSTYLE, "Import", "Instance patching", verify.WHOLE_MODEL, verify.CPU_NUMERICS)
 
 
 def run_one(checkout: target.Checkout, model: str) -> dict:

@@ -39,6 +39,7 @@ class Request:
     settings: tuple[str, ...] = ()
     options: Mapping[str, str] = field(default_factory=dict)
     out_dir: Path | None = None  # reports, benchmark tables (no .py: the verify workflow keeps it in the checkout)
+    profile: dict | None = None  # the approved profile (JSON): act and verify apply it instead of re-deriving it
 
 
 @dataclass(frozen=True)
@@ -151,7 +152,7 @@ def autopatch_adapter(understand: Callable | None = None, run_pipeline: Callable
         return Understood(profile.to_json(), branch, tuple(profile.needs_review()))
 
     def act_verify(request: Request, progress: Progress) -> Outcome:
-        profile = profile_for(request)
+        profile = approved_or_understood(request, profile_for)
         result = run_pipeline(request.checkout, profile, progress)
         gates = list(_attr(result, "gates") or [])
         return Outcome(
@@ -168,16 +169,29 @@ def autopatch_adapter(understand: Callable | None = None, run_pipeline: Callable
     return Adapter(autopatch_settings, understood, act_verify, autopatch_profile_table, verify_autopatch_branch)
 
 
-def verify_autopatch_branch(request: Request, progress: Progress) -> list[GateResult]:
-    """Autopatch's gates on a checkout of the bot's branch (the patch already committed); convergence runs when
-    this host has a GPU and SKIPs (never PASSes) when it has none."""
+def approved_or_understood(request: Request, understand: Callable[[Request], object]):
+    """The approved profile when the job holds one (what the reviewer saw is what is applied), else understand."""
+    from pipelines.autopatch.pipeline import approved_profile
+
+    if request.profile:
+        return approved_profile(request.profile, list(request.settings))
+    return understand(request)
+
+
+def _understood_here(request: Request):
     from pipelines.autopatch import pipeline
-    from pipelines.autopatch import verify
     from pipelines.autopatch.profile import parse_overrides
 
     profile = pipeline.understand_model(request.target, request.checkout)
-    if request.settings:
-        profile = profile.with_overrides(parse_overrides(list(request.settings)))
+    return profile.with_overrides(parse_overrides(list(request.settings))) if request.settings else profile
+
+
+def verify_autopatch_branch(request: Request, progress: Progress) -> list[GateResult]:
+    """Autopatch's gates on a checkout of the bot's branch (the patch already committed), for the approved profile
+    when the request carries it; GPU gates run when this host has a GPU and SKIP (never PASS) when it has none."""
+    from pipelines.autopatch import verify
+
+    profile = approved_or_understood(request, _understood_here)
     return verify.verify(profile, request.checkout.root, verify.LocalRunner.detect(), progress)
 
 

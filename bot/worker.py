@@ -363,9 +363,11 @@ class Worker:
         except KeyError:
             raise PipelineError(f"no pipeline runs `{job.verb}` yet") from None
 
-    def request(self, job: Job, checkout: Checkout) -> Request:
+    def request(self, job: Job, checkout: Checkout, approved: bool = False) -> Request:
+        """`approved`: act on the profile kept on the job (shown at the checkpoint), not a new understand."""
         options = dict(job.options or {})
-        return Request(checkout, job.target, tuple(job.overrides), options, self.workspace.out_dir(job.id))
+        profile = job.profile if approved else None
+        return Request(checkout, job.target, tuple(job.overrides), options, self.workspace.out_dir(job.id), profile)
 
     def understand_stage(self, job: Job) -> Job:
         checkout, _ = self.fresh_checkout(job)
@@ -397,7 +399,7 @@ class Worker:
             self.publish(job)
         checkout, base = self.fresh_checkout(job)
         progress = Progress(self, job.id)
-        outcome = self.adapter(job).act_verify(self.request(job, checkout), progress)
+        outcome = self.adapter(job).act_verify(self.request(job, checkout, approved=True), progress)
         gates = [_gate_json(g) for g in outcome.gates] or progress.gates
         job = self.enter(self.store.get(job.id), JobState.VERIFYING)
         result = {k: v for k, v in (job.result or {}).items() if k not in ("dispatched", "workflow_run")}

@@ -25,6 +25,7 @@ DESCRIPTION = (
 COMMAND_MODULES = (
     "bot.cli.target",
     "bot.cli.autopatch",
+    "bot.cli.debug",
     "bot.cli.kernel",
     "bot.cli.demo",
     "bot.cli.fuse",

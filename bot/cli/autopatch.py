@@ -12,6 +12,7 @@ import json
 from dataclasses import replace
 from pathlib import Path
 
+from pipelines.autopatch.profile import OVERRIDE_VALUES
 from pipelines.autopatch.profile import Profile
 from pipelines.autopatch.profile import parse_overrides
 from pipelines.outcome import ExitStatus
@@ -29,7 +30,19 @@ def register(subparsers) -> None:
     parser.add_argument("--plan-only", action="store_true", help="stop after understand: print the profile")
     parser.add_argument("--json", action="store_true", help="print JSON instead of markdown")
     parser.add_argument(
-        "--set", dest="overrides", action="append", default=[], metavar="FIELD=VALUE", help="override a decision"
+        "--set",
+        dest="overrides",
+        action="append",
+        default=[],
+        metavar="FIELD=VALUE",
+        help="override a decision; fields and values: "
+        + "; ".join(f"{k}: {' | '.join(v)}" for k, v in OVERRIDE_VALUES.items()),
+    )
+    parser.add_argument(
+        "--profile",
+        type=Path,
+        metavar="FILE",
+        help="apply this profile (the JSON of --plan-only --json, as reviewed) instead of running understand again",
     )
     parser.set_defaults(handler=autopatch_command)
 
@@ -49,14 +62,30 @@ def supported_models(monkey_patch: Path) -> dict[str, str]:
 
 
 def plan(model: str, checkout: Checkout, overrides: list[str], progress) -> Profile:
-    from pipelines.autopatch.understand import understand  # torch and transformers: only when needed
+    from pipelines.autopatch.pipeline import understand_model  # torch and transformers: only when needed
 
     parsed = parse_overrides(overrides)  # refuse a bad --set before any work
     progress(f"understanding {model}")
-    profile = understand(model)
+    profile = understand_model(model, checkout)
     supported_by = supported_models(checkout.monkey_patch).get(profile.model_type)
     profile = replace(profile, identity=replace(profile.identity, supported_by=supported_by))
     return profile.with_overrides(parsed) if parsed else profile
+
+
+def reviewed(path: Path, model_type: str, overrides: list[str], progress) -> Profile:
+    """The profile file a reviewer approved, for this model, with any further --set applied."""
+    from pipelines.autopatch.pipeline import approved_profile
+
+    parse_overrides(overrides)
+    try:
+        data = json.loads(path.read_text())
+    except (OSError, ValueError) as exc:
+        raise PipelineError(f"--profile {path}: {exc}") from None
+    profile = approved_profile(data, overrides)
+    if profile.model_type != model_type:
+        raise PipelineError(f"--profile {path} is the profile of {profile.model_type}, not {model_type}")
+    progress(f"applying the reviewed profile {path} (understand is not run again)")
+    return profile
 
 
 def autopatch_command(args, ui) -> ExitStatus:
@@ -70,7 +99,11 @@ def autopatch_command(args, ui) -> ExitStatus:
             f"{ref.model_type} is already supported by {supported_by} in {checkout.monkey_patch}",
             hint=f"change the existing {supported_by} instead, or see the profile with --plan-only",
         )
-    profile = plan(args.model, checkout, args.overrides, ui.progress)
+    profile = (
+        reviewed(args.profile, ref.model_type, args.overrides, ui.progress)
+        if args.profile
+        else plan(args.model, checkout, args.overrides, ui.progress)
+    )
     if args.plan_only:
         from pipelines.autopatch import markdown
 

@@ -114,6 +114,12 @@ class Norm:
         return "LigerRMSNorm" if self.kind == "rms_norm" else "LigerLayerNorm"
 
     @property
+    def class_level(self) -> bool:
+        """A class the modeling module defines can be swapped there; `nn.LayerNorm` is torch's own: swapping
+        `modeling_x.nn.LayerNorm` would replace it in every module of the process."""
+        return "." not in self.hf_class
+
+    @property
     def patch_fn(self) -> str:
         if self.patch_partial:
             return f"_patch_{self.kind}_module_for_model"
@@ -307,7 +313,13 @@ def _plan_norm(profile: Profile, notes: list[str]) -> Norm | None:
                 "LayerNorm is not patched: the model's LayerNorm adds 1 to its weight; LigerLayerNorm does not."
             )
             return None
-        return norm("layer_norm", "LigerLayerNorm")
+        planned = norm("layer_norm", "LigerLayerNorm")
+        if not planned.class_level:
+            notes.append(
+                f"LayerNorm is patched on model instances only: the modeling file builds torch's `{ident.norm_class}` "
+                "directly, and a class-level swap would replace it in every module of the process."
+            )
+        return planned
     unsettled = _settled(profile, "rms_casting_mode", "rms_offset", "rms_in_place")
     if unsettled:
         notes.append(f"RMSNorm is not patched: decision `{unsettled}` needs review.")
@@ -530,6 +542,35 @@ def mini_config(plan: Plan, candidates: tuple[tuple[str, str], ...]) -> list[tup
     return [(name, value) for name, value in candidates if has_field(defaults, name)]
 
 
+# Config fields that make a training step random (dropout, router jitter, input noise): the convergence test compares
+# two runs step by step, so they are turned off where the config class defaults them on (Seed-OSS: residual_dropout
+# 0.1 made the two runs diverge).
+STOCHASTIC_FIELD = re.compile(r"(dropout|jitter|noise)")
+
+
+def stochastic_fields_off(defaults, fixed: set[str]) -> list[tuple[str, str]]:
+    values = defaults.to_dict() if hasattr(defaults, "to_dict") else {}
+    return [
+        (name, "0.0")
+        for name, value in sorted(values.items())
+        if STOCHASTIC_FIELD.search(name) and name not in fixed and isinstance(value, float) and value > 0
+    ]
+
+
+def attention_implementation(plan: Plan) -> str:
+    """SDPA where the model class supports it (VaultGemma refuses it: softcapping), else eager."""
+    modeling = importlib.import_module(plan.profile.identity.modeling_module)
+    model_class = getattr(modeling, plan.profile.identity.causal_lm_class)
+    return "sdpa" if getattr(model_class, "_supports_sdpa", False) else "eager"
+
+
+def convergence_config(plan: Plan) -> list[tuple[str, str]]:
+    """The generated convergence entry's config: the mini sizes this config class has, randomness off, sorted."""
+    fields = mini_config(plan, MINI_CONVERGENCE_CONFIG)
+    fields += stochastic_fields_off(config_class(plan)(), {name for name, _ in fields})
+    return sorted(fields)
+
+
 def has_field(config, name: str) -> bool:
     try:
         return hasattr(config, name)
@@ -681,7 +722,10 @@ def edit_convergence(source: str, plan: Plan, dtype: str) -> str:
     guard = render.render("autopatch/convergence_guard.py.j2", **ctx)
     source = edits.insert_top_level(source, lambda n: edits.assigned_flag(n, "_AVAILABLE"), plan.available_flag, guard)
     setup = render.render(
-        "autopatch/convergence_setup.py.j2", **ctx, mini_config=mini_config(plan, MINI_CONVERGENCE_CONFIG)
+        "autopatch/convergence_setup.py.j2",
+        **ctx,
+        mini_config=convergence_config(plan),
+        attn_implementation=attention_implementation(plan),
     )
     source = edits.insert_top_level(source, edits.guarded_setup, f"mini_{x}", setup)
     cases = edits.find_parametrize_list(edits.find_function(ast.parse(source), "test_mini_model"))

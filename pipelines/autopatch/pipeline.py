@@ -11,8 +11,11 @@ working tree is clean; the report (PR body with the failing gates) is still writ
 from __future__ import annotations
 
 import ast
+import hashlib
+import importlib.util
 from collections.abc import Callable
 from dataclasses import dataclass
+from dataclasses import replace
 from pathlib import Path
 
 from pipelines.autopatch import act
@@ -95,13 +98,40 @@ def refuse_supported(checkout: Checkout, profile: Profile) -> None:
 
 
 def understand_model(model: str, checkout: Checkout) -> Profile:
-    """`understand` from pipelines.autopatch.understand, imported lazily (it loads transformers and torch)."""
+    """`understand` from pipelines.autopatch.understand, imported lazily (it loads transformers and torch), with the
+    digest of the modeling source it read, so a profile approved later is applied only to that same source."""
     import inspect
 
     from pipelines.autopatch.understand import understand
 
     takes_checkout = len(inspect.signature(understand).parameters) > 1
-    return understand(model, checkout) if takes_checkout else understand(model)
+    profile = understand(model, checkout) if takes_checkout else understand(model)
+    digest = modeling_source_digest(profile.identity.modeling_module)
+    return replace(profile, identity=replace(profile.identity, source_sha256=digest))
+
+
+def modeling_source_digest(modeling_module: str) -> str | None:
+    spec = importlib.util.find_spec(modeling_module)
+    if spec is None or not spec.origin:
+        return None
+    return hashlib.sha256(Path(spec.origin).read_bytes()).hexdigest()
+
+
+def approved_profile(data: dict, settings: list[str]) -> Profile:
+    """The profile a reviewer approved (its JSON), with the job's overrides, refused when the modeling source it was
+    derived from has changed since: what is applied is what was shown."""
+    from pipelines.autopatch.profile import parse_overrides
+
+    profile = Profile.from_json(data)
+    approved = profile.identity.source_sha256
+    current = modeling_source_digest(profile.identity.modeling_module)
+    if approved and current != approved:
+        raise PipelineError(
+            f"{profile.identity.modeling_file} changed since this profile was approved "
+            f"(sha256 {approved[:12]} then, {str(current)[:12]} now)",
+            hint="run understand again (`/liger retry`, or the CLI without --profile) and review the new profile",
+        )
+    return profile.with_overrides(parse_overrides(settings)) if settings else profile
 
 
 def pr_title(profile: Profile) -> str:

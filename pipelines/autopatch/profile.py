@@ -41,6 +41,11 @@ class Evidence:
             out["probe"] = self.probe
         return out
 
+    @classmethod
+    def from_json(cls, data: dict) -> Evidence:
+        first, last = data["lines"]
+        return cls(data["file"], (int(first), int(last)), data["snippet"], data.get("probe"))
+
 
 @dataclass(frozen=True)
 class Decision:
@@ -61,14 +66,19 @@ class Decision:
             out["reason"] = self.reason
         return out
 
+    @classmethod
+    def from_json(cls, data: dict) -> Decision:
+        evidence = tuple(Evidence.from_json(e) for e in data.get("evidence") or ())
+        return cls(data["value"], Method(data["method"]), evidence, Status(data["status"]), data.get("reason", ""))
 
-# The 12 decisions, in the order of decision-matrix.md, with the values each may take.
-# None means "any value of the right type" (free-form names are allowed for mlp_kind and rope).
+
+# The 12 decisions, in the order of decision-matrix.md, with the values each may take: exactly the values
+# understand can settle them to (the probes' candidates), so an override cannot name a kind nothing implements.
 NORM_TYPES = ("rms", "layer", "both", "none")
 CASTING_MODES = ("llama", "gemma", "none")
-MLP_KINDS = ("swiglu", "geglu", "phi3_swiglu", "relu_squared", "none")
+MLP_KINDS = ("swiglu", "geglu", "geglu (exact gelu)", "phi3_swiglu", "phi3_geglu", "relu_squared", "none")
 STRUCTURES = ("dense", "moe", "hybrid")
-ROPE_KINDS = ("standard", "llama4", "mrope", "none")
+ROPE_KINDS = ("standard", "gpt_oss", "llama4", "mrope", "none")
 HIDDEN_STATE_ACCESS = ("outputs[0]", "outputs.last_hidden_state")
 OUTPUT_CLASSES = ("LigerCausalLMOutputWithPast", "LigerMoeCausalLMOutputWithPast")
 
@@ -118,6 +128,7 @@ class Identity:
     rotary_fn: str | None = None  # e.g. "apply_rotary_pos_emb"
     forward_params: tuple[str, ...] = ()  # CausalLM.forward's parameters, in order, without self
     supported_by: str | None = None  # apply_liger_kernel_to_* when the target already supports it
+    source_sha256: str | None = None  # of the modeling file understand read: act refuses a profile of another source
 
 
 # Checks beside the 12 decisions: facts no Liger option expresses, so a patch cannot be generated while one needs
@@ -157,6 +168,23 @@ class Profile:
             "checks": {k: self.checks[k].to_json() for k in CHECK_KEYS if k in self.checks},
         }
 
+    @classmethod
+    def from_json(cls, data: dict) -> Profile:
+        """The profile `to_json` wrote (what a reviewer saw and approved); refuses JSON of another shape."""
+        try:
+            ident = dict(data["identity"])
+            ident["forward_params"] = tuple(ident.get("forward_params") or ())
+            ident["optional_attrs"] = tuple(ident.get("optional_attrs") or ())
+            identity = Identity(**ident)
+            decisions = {k: Decision.from_json(v) for k, v in (data.get("decisions") or {}).items()}
+            checks = {k: Decision.from_json(v) for k, v in (data.get("checks") or {}).items()}
+        except (KeyError, TypeError, ValueError) as exc:
+            raise PipelineError(f"not an autopatch profile: {type(exc).__name__}: {exc}") from None
+        unknown = (set(decisions) - set(DECISION_KEYS)) | (set(checks) - set(CHECK_KEYS))
+        if unknown:
+            raise PipelineError(f"not an autopatch profile: unknown decisions {sorted(unknown)}")
+        return cls(identity, decisions, checks)
+
     def failed_checks(self) -> list[str]:
         return [k for k in CHECK_KEYS if k in self.checks and self.checks[k].status is Status.NEEDS_REVIEW]
 
@@ -164,9 +192,12 @@ class Profile:
         return json.dumps(self.to_json(), indent=2, sort_keys=False)
 
     def with_overrides(self, overrides: dict[str, Any]) -> Profile:
+        """Idempotent: an override already in the profile (an approved profile carries its overrides) is kept."""
         decisions = dict(self.decisions)
         for key, value in overrides.items():
             before = decisions.get(key)
+            if before is not None and before.method is Method.OVERRIDE and before.value == value:
+                continue
             was = f"was {before.value!r} ({before.method.value})" if before else "was unset"
             decisions[key] = Decision(value, Method.OVERRIDE, (), Status.SETTLED, f"set by reviewer; {was}")
         return replace(self, decisions=decisions)
@@ -207,15 +238,32 @@ OVERRIDE_PARSERS = {
     "rms_casting_mode": _parse_choice(CASTING_MODES),
     "rms_offset": _parse_offset,
     "rms_in_place": _parse_bool,
-    "mlp_kind": _parse_choice(MLP_KINDS, open_ended=True),
+    "mlp_kind": _parse_choice(MLP_KINDS),
     "structure": _parse_choice(STRUCTURES),
     "has_vision": _parse_bool,
-    "rope": _parse_choice(ROPE_KINDS, open_ended=True),
+    "rope": _parse_choice(ROPE_KINDS),
     "output_class": _parse_choice(OUTPUT_CLASSES, open_ended=True),
     "hidden_state_access": _parse_choice(HIDDEN_STATE_ACCESS),
     "logit_softcapping": _parse_bool,
     "norm_attrs": _parse_norm_attrs,
 }
+
+
+OVERRIDE_VALUES = {
+    "norm_type": NORM_TYPES,
+    "rms_casting_mode": CASTING_MODES,
+    "rms_offset": ("a number, e.g. 0.0 or 1.0",),
+    "rms_in_place": ("true", "false"),
+    "mlp_kind": MLP_KINDS,
+    "structure": STRUCTURES,
+    "has_vision": ("true", "false"),
+    "rope": ROPE_KINDS,
+    "output_class": (*OUTPUT_CLASSES, "or another class name"),
+    "hidden_state_access": HIDDEN_STATE_ACCESS,
+    "logit_softcapping": ("true", "false"),
+    "norm_attrs": ('JSON {"decoder": [...], "final": "norm", "attn": [...]}',),
+}
+OVERRIDE_HELP = "fields and values: " + "; ".join(f"{k}: {' | '.join(v)}" for k, v in OVERRIDE_VALUES.items())
 
 
 def parse_overrides(items: list[str]) -> dict[str, Any]:
@@ -227,9 +275,9 @@ def parse_overrides(items: list[str]) -> dict[str, Any]:
         if not sep:
             raise PipelineError(f"--set {item!r} is not field=value", hint="for example --set rms_offset=1.0")
         if key not in OVERRIDE_PARSERS:
-            raise PipelineError(f"--set: unknown field {key!r}", hint=f"fields are: {', '.join(DECISION_KEYS)}")
+            raise PipelineError(f"--set: unknown field {key!r}", hint=OVERRIDE_HELP)
         try:
             overrides[key] = OVERRIDE_PARSERS[key](raw)
         except ValueError as exc:
-            raise PipelineError(f"--set {key}: bad value {raw!r} ({exc})") from None
+            raise PipelineError(f"--set {key}: bad value {raw!r} ({exc})", hint=OVERRIDE_HELP) from None
     return overrides

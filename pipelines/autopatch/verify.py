@@ -12,6 +12,7 @@
 
 from __future__ import annotations
 
+import ast
 import json
 import sys
 from collections.abc import Callable
@@ -26,6 +27,7 @@ from pipelines.commands import CommandResult
 from pipelines.commands import run_command
 from pipelines.outcome import GateResult
 from pipelines.outcome import GateStatus
+from pipelines.outcome import PipelineError
 
 
 class Runner(Protocol):
@@ -132,10 +134,15 @@ print(json.dumps({
     "logits_diff": (expected.logits - unfused.logits).abs().max().item(),
 }))
 """
+CPU_NUMERICS = "CPU numerics (RoPE, FLCE)"
 NUMERICS_TOLERANCE = 1e-4  # float32, tiny model: Liger's kernels match HF to ~1e-6 here
 
 
 def gate_cpu_numerics(profile: Profile, root: Path, runner: Runner) -> GateResult:
+    if runner.has_gpu:  # a CPU-host gate: on a GPU host the whole-model gate runs these kernels for real
+        return GateResult(
+            CPU_NUMERICS, GateStatus.SKIP, "GPU host: the whole-model gate ran the real kernels", hard=False
+        )
     from pipelines.autopatch import probes  # torch: only this gate needs it
 
     the_plan = act.plan(profile)
@@ -155,7 +162,7 @@ def gate_cpu_numerics(profile: Profile, root: Path, runner: Runner) -> GateResul
     env = {**target_env(), "TRITON_INTERPRET": "1"}
     proc = runner.run([sys.executable, "-c", NUMERICS_SCRIPT, json.dumps(spec)], root, env, 600)
     if not proc.ok:
-        return _result("CPU numerics (RoPE, FLCE)", proc, "")
+        return _result(CPU_NUMERICS, proc, "")
     found = json.loads(proc.output.strip().splitlines()[-1])
     detail = (
         f"loss HF {found['loss_ref']:.6f} vs FLCE {found['loss_flce']:.6f} (diff {found['loss_diff']:.1e}), "
@@ -165,7 +172,118 @@ def gate_cpu_numerics(profile: Profile, root: Path, runner: Runner) -> GateResul
         detail += "; softcapping off (Triton's interpreter cannot run Liger's softcap path: left to convergence)"
     ok = found["loss_diff"] < NUMERICS_TOLERANCE and found["logits_diff"] < NUMERICS_TOLERANCE
     ok = ok and found["flce_logits_skipped"]
-    return GateResult("CPU numerics (RoPE, FLCE)", GateStatus.PASS if ok else GateStatus.FAIL, detail)
+    return GateResult(CPU_NUMERICS, GateStatus.PASS if ok else GateStatus.FAIL, detail)
+
+
+# -- whole model ---------------------------------------------------------------------------------------------
+
+WHOLE_MODEL = "Whole model (fp32, class + instance patching)"
+TOLERANCE_NAMES = ("loss_atol", "loss_rtol", "logprobs_atol", "logprobs_rtol", "param_atol", "param_rtol")
+
+
+@dataclass(frozen=True)
+class ConvergenceEntry:
+    """The generated `mini_<model>` entry of one convergence file, read back from the file as written."""
+
+    config_class: str
+    config: dict
+    lr: float
+    tolerances: dict[str, float]
+
+
+def convergence_entry(root: Path, model_type: str, path: Path = act.CONVERGENCE_FILES[2]) -> ConvergenceEntry:
+    """`MINI_MODEL_SETUPS["mini_<model>"]` and its `test_mini_model` case, as literals; fp32 FLCE file by default."""
+    source = (root / path).read_text()
+    tree = ast.parse(source)
+    name = f"mini_{model_type}"
+    setup = next((n for n in tree.body if act.edits.guarded_setup(n) == name), None)
+    cases = act.edits.find_parametrize_list(act.edits.find_function(tree, "test_mini_model")).elts
+    case = next((c for c in cases if act.edits.case_name(c) == name), None)
+    if setup is None or case is None:
+        raise PipelineError(f"{path} has no {name} entry", hint="the convergence edit did not apply")
+    call = next(k.value for k in setup.body[0].value.keywords if k.arg == "mini_model_config")
+    config = {k.arg: ast.literal_eval(k.value) for k in call.keywords}
+    values = case.args if isinstance(case, ast.Call) else case.elts
+    lr, *tolerances = (ast.literal_eval(v) for v in (values[2], *values[4:10]))
+    return ConvergenceEntry(ast.unparse(call.func), config, lr, dict(zip(TOLERANCE_NAMES, tolerances, strict=True)))
+
+
+def convergence_flags(model_type: str) -> dict[str, bool]:
+    """The kwargs Liger's `run_mini_model` passes to every patch function (its name-based rules included)."""
+    no_rope = ("glm4", "qwen3_next", "qwen3_5", "deepseek_v3", "deepseek_v4")
+    flags = {"rope": not any(n in model_type for n in no_rope), "rms_norm": True}
+    flags["geglu" if "gemma" in model_type else "swiglu"] = True
+    return flags | {"fused_linear_cross_entropy": True, "cross_entropy": False}
+
+
+# On a CPU host the entry's widths are divided by this (every other field kept: attention implementation, layer
+# count and types, heads, router, dropout, tying); a GPU host runs the entry's config as written.
+CPU_WIDTH_DIVISOR = 8
+WIDTH_FIELDS = ("hidden_size", "intermediate_size", "moe_intermediate_size", "head_dim")
+
+
+def cpu_config(config: dict) -> dict:
+    return {k: v // CPU_WIDTH_DIVISOR if k in WIDTH_FIELDS and isinstance(v, int) else v for k, v in config.items()}
+
+
+def model_check_spec(profile: Profile, root: Path, device: str, flags: dict | None = None) -> dict:
+    entry = convergence_entry(root, profile.model_type)
+    ident = profile.identity
+    return {
+        "model_type": profile.model_type,
+        "config_module": act.plan(profile).config_module,
+        "config_class": entry.config_class,
+        "modeling_module": ident.modeling_module,
+        "causal_lm_class": ident.causal_lm_class,
+        "config": cpu_config(entry.config) if device == "cpu" else entry.config,
+        "lr": entry.lr,
+        "tolerances": entry.tolerances,
+        "flags": convergence_flags(profile.model_type) if flags is None else flags,
+        "device": device,
+    }
+
+
+def run_model_check(spec: dict, root: Path, runner: Runner) -> tuple[CommandResult, dict | None]:
+    env = {**target_env(), **({} if spec["device"] != "cpu" else {"TRITON_INTERPRET": "1"})}
+    argv = [sys.executable, "-m", "pipelines.autopatch.model_check", json.dumps(spec)]
+    proc = runner.run(argv, root, env, 1200)
+    last = proc.output.strip().splitlines()[-1] if proc.ok and proc.output.strip() else ""
+    try:
+        return proc, json.loads(last) if last.startswith("{") else None
+    except ValueError:
+        return proc, None
+
+
+def _run_summary(name: str, run: dict) -> str:
+    if "error" in run:
+        return f"{name}: {run['error']} ({run.get('where', '')})"
+    if name == "reference":
+        return ""
+    checks = [
+        f"loss max diff {run['loss_check']['max_abs']:.1e}",
+        f"top-k logprobs max diff {run['topk_check']['max_abs']:.1e}"
+        f" ({run['topk_check']['mismatched']} outside tolerance)",
+        f"first-step gradients rel {run['grad_check']['rel']:.1e}"
+        + (f" (worst {run['grad_check']['worst']})" if run["grad_check"]["worst"] else ""),
+        f"params {run['param_check']['mismatched']} outside tolerance",
+    ]
+    return f"{name}: {'match' if run['ok'] else 'DIVERGES'} ({', '.join(checks)})"
+
+
+def gate_whole_model(profile: Profile, root: Path, runner: Runner) -> GateResult:
+    device = "cuda" if runner.has_gpu else "cpu"
+    try:
+        spec = model_check_spec(profile, root, device)
+    except (PipelineError, ValueError, SyntaxError) as exc:
+        return GateResult(WHOLE_MODEL, GateStatus.FAIL, f"cannot read the generated convergence entry: {exc}")
+    proc, found = run_model_check(spec, root, runner)
+    if found is None:
+        return _result(WHOLE_MODEL, proc, "")
+    lines = [_run_summary(name, run) for name, run in found["runs"].items()]
+    kernels = f"on {device}: Triton {', '.join(found['triton']) or '-'}"
+    kernels += f"; PyTorch reference {', '.join(found['reference'])}" if found["reference"] else ""
+    detail = "; ".join([line for line in lines if line] + [kernels])
+    return GateResult(WHOLE_MODEL, GateStatus.PASS if found["ok"] else GateStatus.FAIL, detail)
 
 
 def convergence_argv(model_type: str, path: Path) -> list[str]:
@@ -190,21 +308,33 @@ def gate_convergence(profile: Profile, root: Path, runner: Runner) -> list[GateR
     return gates
 
 
+CHECKSTYLE = "Checkstyle"
+
+
 def gate_checkstyle(profile: Profile, root: Path, runner: Runner) -> GateResult:
     check = runner.run(changeset.ruff_argv("check", "--output-format=concise", "."), root, None, 300)
     if not check.ok:
-        return _result("Checkstyle", check, "")
+        return _result(CHECKSTYLE, check, "")
     fmt = runner.run(changeset.ruff_argv("format", "--check", "."), root, None, 300)
-    return _result("Checkstyle", fmt, "ruff check . && ruff format --check . (ruff 0.14.11)")
+    return _result(CHECKSTYLE, fmt, "ruff check . && ruff format --check . (ruff 0.14.11)")
 
 
+# A failure of these is bisected (pipelines/autopatch/debug.py) and the diagnosis added to the report.
+DIAGNOSED = (
+    WHOLE_MODEL,
+    *(
+        f"Convergence {p.parts[2]} {'with_logits' if 'with_logits' in p.name else 'FLCE'}"
+        for p in act.CONVERGENCE_FILES
+    ),
+)
 Gate = Callable[[Profile, Path, Runner], "GateResult | list[GateResult]"]
 GATES: tuple[tuple[str, Gate], ...] = (
+    (CHECKSTYLE, gate_checkstyle),
     ("Import", gate_import),
     ("Instance patching", gate_instance_patching),
-    ("CPU numerics (RoPE, FLCE)", gate_cpu_numerics),
+    (WHOLE_MODEL, gate_whole_model),
+    (CPU_NUMERICS, gate_cpu_numerics),
     ("Convergence", gate_convergence),
-    ("Checkstyle", gate_checkstyle),
 )
 
 
@@ -229,4 +359,9 @@ def verify(
         results.extend(batch)
         hard = [g for g in batch if g.status is GateStatus.FAIL and g.hard]
         failed = hard[0].name if hard else None
+        if any(g.status is GateStatus.FAIL and g.name in DIAGNOSED for g in batch):
+            from pipelines.autopatch.debug import diagnosis_gate  # debug imports this module
+
+            progress("verify: diagnosing the divergence (liger-bot debug)")
+            results.append(diagnosis_gate(profile, root, runner))
     return results

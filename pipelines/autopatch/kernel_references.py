@@ -13,6 +13,7 @@ from __future__ import annotations
 import importlib
 from collections.abc import Callable
 from dataclasses import dataclass
+from dataclasses import field
 
 import torch
 import torch.nn.functional as F
@@ -269,21 +270,34 @@ REFERENCES: tuple[ReferenceKernel, ...] = (
 
 @dataclass
 class Installed:
-    triton: list[str]
-    reference: list[str]
+    """Which kernels a run called, and whether as Triton or as their reference."""
+
+    use_references: bool
+    calls: dict[str, int] = field(default_factory=dict)
+
+    @property
+    def triton(self) -> list[str]:
+        return [] if self.use_references else sorted(self.calls)
+
+    @property
+    def reference(self) -> list[str]:
+        return sorted(self.calls) if self.use_references else []
 
 
 def install(use_references: bool) -> Installed:
-    """Swap each kernel's Function for its reference (a CPU host); report what runs as what."""
+    """Swap each kernel's Function for its reference (a CPU host), counting the calls either way."""
     ops = importlib.import_module("liger_kernel.ops")
-    installed = Installed([], [])
+    installed = Installed(use_references)
     for row in REFERENCES:
         function = getattr(ops, row.function, None)
-        if function is None:
-            continue
-        if use_references:
-            function.apply = row.apply
-            installed.reference.append(row.name)
-        else:
-            installed.triton.append(row.name)
+        if function is not None:
+            function.apply = _counted(row.name, row.apply if use_references else function.apply, installed.calls)
     return installed
+
+
+def _counted(name: str, apply: Callable, calls: dict[str, int]) -> Callable:
+    def counted(*args, **kwargs):
+        calls[name] = calls.get(name, 0) + 1
+        return apply(*args, **kwargs)
+
+    return counted

@@ -169,15 +169,13 @@ def check(spec: dict) -> dict:
     on_gpu = spec["device"] != "cpu"
     kernels = kernel_references.install(use_references=not on_gpu)
     data = batches(spec["config"]["vocab_size"], STEPS + 1, spec["device"])
-    result: dict = {"device": spec["device"], "triton": kernels.triton, "reference": kernels.reference, "runs": {}}
+    result: dict = {"device": spec["device"], "runs": {}}
     try:
         reference = _run(spec, data, None)
+        result["runs"]["reference"] = {"ok": True, "loss": reference["loss"]}
     except Exception as exc:  # the unpatched model itself does not build or run with this config
         result["runs"]["reference"] = _error(exc)
-        result["ok"] = False
-        return result
-    result["runs"]["reference"] = {"ok": True, "loss": reference["loss"]}
-    for patch in spec.get("modes", ("instance", "class")):
+    for patch in spec.get("modes", ("instance", "class")) if result["runs"]["reference"]["ok"] else ():
         revert(spec)
         try:
             result["runs"][patch] = compare(reference, _run(spec, data, patch), spec["tolerances"])
@@ -185,7 +183,7 @@ def check(spec: dict) -> dict:
             result["runs"][patch] = _error(exc)
     revert(spec)
     result["ok"] = all(r.get("ok") for r in result["runs"].values())
-    return result
+    return result | {"triton": kernels.triton, "reference": kernels.reference}
 
 
 # -- debug: which flag, which module --------------------------------------------------------------------------
@@ -346,12 +344,12 @@ def debug(spec: dict) -> dict:
     first = next((m for m in modules if m.get("diverges")), None)
     return {
         "device": spec["device"],
-        "triton": kernels.triton,
-        "reference": kernels.reference,
         "whole_model": whole,
         "flags": flags,
         "modules": modules,
         "first_diverging": first,
+        "triton": kernels.triton,
+        "reference": kernels.reference,
     }
 
 

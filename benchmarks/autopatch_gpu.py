@@ -1,0 +1,100 @@
+"""The shipped GPU path at scale: `liger-bot verify --pipeline autopatch` (the installed entry point, as the verify
+workflow runs it) on every model's branch, several models at a time, with one table at the end.
+
+    python3 benchmarks/autopatch_gpu.py DIR OUT [--models M ...] [--parallel 4] [--deadline 520]
+        [--kernel-repo DIR --kernel NAME]
+
+DIR is what benchmarks/prepare_convergence.sh wrote (DIR/liger-kernel.git holds `liger-bot/autopatch-<model>` for
+every model, DIR/models.txt the models). Each model's branch is cloned into its own work tree and verified there:
+checkstyle, import, instance patching, the whole-model gate on the GPU, convergence (the four files in one pytest
+run, one xdist worker per file). Reports go to OUT/<model>.json, the table to OUT/table.md, everything to
+OUT/summary.json. A model still running at the deadline is stopped and reported as such. `--kernel-repo` adds
+`liger-bot verify --pipeline kernel` on that checkout's `liger-bot/kernel-<NAME>` branch.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import shutil
+import signal
+import subprocess
+import sys
+import time
+from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
+
+
+def verify(pipeline: str, target: str, work: Path, out: Path, deadline: float) -> dict:
+    report = out / f"{pipeline}-{target}.json"
+    argv = ["liger-bot", "verify", "--repo", str(work), "--pipeline", pipeline, "--target", target]
+    argv += ["--job-id", f"gpu-{target}", "--report", str(report)]
+    started = time.monotonic()
+    log = (out / f"{pipeline}-{target}.log").open("w")
+    proc = subprocess.Popen(argv, cwd=work, stdout=log, stderr=subprocess.STDOUT, start_new_session=True)
+    try:
+        rc = proc.wait(timeout=max(1.0, deadline - time.monotonic()))
+    except subprocess.TimeoutExpired:
+        os.killpg(proc.pid, signal.SIGKILL)
+        proc.wait()
+        rc = "deadline"
+    row = {"target": target, "pipeline": pipeline, "rc": rc, "seconds": round(time.monotonic() - started, 1)}
+    if report.is_file():
+        row["gates"] = {g["name"]: {"status": g["status"], "detail": g["detail"][:800]} for g in json.loads(report.read_text())["gates"]}
+    return row
+
+
+def clone(bare: Path, branch: str, work: Path) -> Path:
+    if work.exists():
+        shutil.rmtree(work)
+    subprocess.run(["git", "-c", "core.hooksPath=/dev/null", "clone", "-q", "-b", branch, str(bare), str(work)], check=True)
+    return work
+
+
+def table(rows: list[dict]) -> str:
+    names = []
+    for row in rows:
+        names += [n for n in row.get("gates", {}) if n not in names]
+    lines = ["| target | s | exit | " + " | ".join(names) + " |", "|---|---|---|" + "---|" * len(names)]
+    for row in rows:
+        cells = [row.get("gates", {}).get(n, {}).get("status", "-") for n in names]
+        lines.append(f"| {row['target']} | {row['seconds']} | {row['rc']} | " + " | ".join(cells) + " |")
+    return "\n".join(lines)
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser()
+    parser.add_argument("dir", type=Path)
+    parser.add_argument("out", type=Path)
+    parser.add_argument("--models", nargs="*")
+    parser.add_argument("--parallel", type=int, default=4)
+    parser.add_argument("--deadline", type=float, default=520)
+    parser.add_argument("--kernel-repo", type=Path)
+    parser.add_argument("--kernel")
+    args = parser.parse_args()
+    deadline = time.monotonic() + args.deadline
+    args.out.mkdir(parents=True, exist_ok=True)
+    models = args.models or (args.dir / "models.txt").read_text().split()
+    work = Path(os.environ.get("WORK", "/tmp/liger-bot-gpu"))
+    jobs = []
+    if args.kernel_repo and args.kernel:
+        kernel_work = clone(args.kernel_repo, f"liger-bot/kernel-{args.kernel}", work / f"kernel-{args.kernel}")
+        jobs.append(("kernel", args.kernel, kernel_work))
+    for model in models:
+        jobs.append(("autopatch", model, clone(args.dir / "liger-kernel.git", f"liger-bot/autopatch-{model}", work / model)))
+    with ThreadPoolExecutor(args.parallel) as pool:
+        rows = list(pool.map(lambda job: verify(*job, args.out, deadline), jobs))
+    (args.out / "summary.json").write_text(json.dumps(rows, indent=2))
+    text = table(rows)
+    (args.out / "table.md").write_text(text + "\n")
+    print(text)
+    for row in rows:
+        for name, gate in row.get("gates", {}).items():
+            if gate["status"] == "FAIL":
+                print(f"{row['target']} / {name}: {gate['detail'][:400]}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

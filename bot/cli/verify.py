@@ -32,6 +32,9 @@ def register(subparsers) -> None:
     parser.add_argument(
         "--settings", default="[]", help="the job's overrides as a JSON list, e.g. '[\"rms_offset=1.0\"]'"
     )
+    parser.add_argument(
+        "--profile", type=Path, metavar="FILE", help="the approved profile (JSON): verified as is, not derived again"
+    )
     parser.set_defaults(handler=verify_command)
 
 
@@ -58,6 +61,18 @@ def _target(pipeline: str, target: str) -> str:
         raise PipelineError(str(exc).replace("`", "")) from None
 
 
+def _profile(path: Path | None) -> dict | None:
+    if path is None:
+        return None
+    try:
+        data = json.loads(path.read_text())
+    except (OSError, ValueError) as exc:
+        raise PipelineError(f"--profile {path}: {exc}") from None
+    if not isinstance(data, dict):
+        raise PipelineError(f"--profile {path} is not a JSON object")
+    return data
+
+
 def verify_command(args, ui) -> ExitStatus:
     from bot.adapters import Request
     from bot.adapters import adapter_for
@@ -73,7 +88,7 @@ def verify_command(args, ui) -> ExitStatus:
     report_path = Path(args.report)
     report_path.parent.mkdir(parents=True, exist_ok=True)
     # the benchmark table and plot land beside the report, so the workflow uploads them in the same artifact
-    request = Request(checkout, target, settings, out_dir=report_path.resolve().parent)
+    request = Request(checkout, target, settings, out_dir=report_path.resolve().parent, profile=_profile(args.profile))
     gates = adapter.verify_branch(request, lambda event: ui.progress(event if isinstance(event, str) else event.name))
     report = VerifyReport(str(args.job_id), tuple(gates))
     report_path.write_text(json.dumps(report.to_json(), indent=2) + "\n")

@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import ast
 import json
+import os
 import sys
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -61,8 +62,9 @@ class LocalRunner:
 
 
 def target_env() -> dict[str, str]:
-    """The checkout's own sources, not an installed liger-kernel."""
-    return {"PYTHONPATH": "src", "PYTHONDONTWRITEBYTECODE": "1"}
+    """The checkout's own sources first (not an installed liger-kernel), then whatever PYTHONPATH the host set."""
+    inherited = os.environ.get("PYTHONPATH", "")
+    return {"PYTHONPATH": os.pathsep.join(p for p in ("src", inherited) if p), "PYTHONDONTWRITEBYTECODE": "1"}
 
 
 def _result(name: str, proc: CommandResult, passed: str, lines: int = 15) -> GateResult:
@@ -299,7 +301,8 @@ def convergence_gate_name(path: Path) -> str:
 
 def convergence_argv(model_type: str, junit: Path, workers: int) -> list[str]:
     """The four files in one pytest run, one xdist worker per file where pytest-xdist is installed."""
-    argv = [sys.executable, "-m", "pytest", *map(str, act.CONVERGENCE_FILES), "-k", f"mini_{model_type}"]
+    # "mini_glm-" (pytest 8 takes '-' in -k): "mini_glm" alone would also run mini_glm4, mini_glm4v, mini_glm4v_moe
+    argv = [sys.executable, "-m", "pytest", *map(str, act.CONVERGENCE_FILES), "-k", f"mini_{model_type}-"]
     argv += ["-q", "-rA", "-p", "no:cacheprovider", f"--junitxml={junit}"]
     return argv + (["-n", str(workers)] if workers > 1 else [])
 
@@ -310,12 +313,14 @@ def convergence_workers() -> int:
     return len(act.CONVERGENCE_FILES) if importlib.util.find_spec("xdist") else 1
 
 
-def junit_cases(junit: Path) -> list[dict]:
-    """Each testcase of a JUnit XML report: its file (from classname), status and message."""
+def junit_cases(junit: Path, model_type: str) -> list[dict]:
+    """This model's testcases of a JUnit XML report (`test_mini_model[mini_<model>-...]`): file, status, message."""
     from xml.etree import ElementTree
 
     cases = []
     for case in ElementTree.parse(junit).getroot().iter("testcase"):
+        if f"[mini_{model_type}-" not in case.get("name", ""):
+            continue
         outcome = next((c for c in case if c.tag in ("failure", "error", "skipped")), None)
         status = "passed" if outcome is None else outcome.tag
         message = "" if outcome is None else (outcome.get("message") or outcome.text or "")[:600]
@@ -327,7 +332,7 @@ def junit_cases(junit: Path) -> list[dict]:
 
 def _file_gate(path: Path, cases: list[dict], output: str) -> GateResult:
     name = convergence_gate_name(path)
-    mine = [c for c in cases if c["file"] == path.as_posix()]
+    mine = [c for c in cases if c["file"] == path.as_posix()]  # one model's cases, from this file
     if not mine:
         return GateResult(name, GateStatus.FAIL, f"no mini case collected from {path}:\n{output[-1500:]}")
     bad = [c for c in mine if c["status"] != "passed"]
@@ -352,7 +357,7 @@ def gate_convergence(profile: Profile, root: Path, runner: Runner) -> list[GateR
         proc = runner.run(argv, root, {**target_env(), "HF_DATASETS_OFFLINE": "1"}, 3600)
         if not junit.is_file():
             return [_result(convergence_gate_name(p), proc, "", lines=30) for p in act.CONVERGENCE_FILES]
-        cases = junit_cases(junit)
+        cases = junit_cases(junit, profile.model_type)
     return [_file_gate(path, cases, proc.output) for path in act.CONVERGENCE_FILES]
 
 

@@ -125,7 +125,13 @@ def test_demo_autopatch_runs_the_default_end_to_end(tmp_path, liger_template):
     branch = f"liger-bot/autopatch-{DEFAULT_AUTOPATCH_MODEL}"
     assert result["branch"] == branch
     gates = {g["name"]: (g["status"], g["detail"]) for g in result["gates"]}
-    for name in ("Import", "Instance patching", "CPU numerics (RoPE, FLCE)", "Checkstyle"):
+    for name in (
+        "Checkstyle",
+        "Import",
+        "Instance patching",
+        "Whole model (fp32, class + instance patching)",
+        "CPU numerics (RoPE, FLCE)",
+    ):
         assert gates[name][0] == "PASS", gates[name]
     assert {gates[n] for n in gates if n.startswith("Convergence")} == {("SKIP", "needs GPU runner")}
     git = Git(tmp_path / "demo" / "liger-kernel")

@@ -18,10 +18,11 @@ def test_convergence_without_gpu_is_skipped_never_passed(liger_checkout):
 def test_import_failure_is_hard_and_stops_the_run(liger_checkout):
     # the untouched checkout has no apply_liger_kernel_to_helium: the import gate fails for real
     results = verify.verify(hand_profile("helium"), liger_checkout.root, verify.LocalRunner(has_gpu=False))
-    assert results[0].name == "Import" and results[0].status is GateStatus.FAIL and results[0].hard
-    assert "apply_liger_kernel_to_helium" in results[0].detail
-    assert [g.status for g in results[1:]] == [GateStatus.SKIP] * (len(verify.GATES) - 1)
-    assert all(g.detail == "not run: Import failed" for g in results[1:])
+    assert results[0].name == "Checkstyle" and results[0].status is GateStatus.PASS  # checkstyle comes first
+    assert results[1].name == "Import" and results[1].status is GateStatus.FAIL and results[1].hard
+    assert "apply_liger_kernel_to_helium" in results[1].detail
+    assert [g.status for g in results[2:]] == [GateStatus.SKIP] * (len(verify.GATES) - 2)
+    assert all(g.detail == "not run: Import failed" for g in results[2:])
     assert hard_failure(results)
 
 

@@ -1,0 +1,140 @@
+"""The App's processes: `liger-bot serve`, `liger-bot worker`, `liger-bot replay EVENT.json`, `liger-bot scan`."""
+
+from __future__ import annotations
+
+import json
+import os
+import uuid
+from pathlib import Path
+
+from pipelines.outcome import ExitStatus
+from pipelines.outcome import PipelineError
+
+
+def register(subparsers) -> None:
+    serve = subparsers.add_parser(
+        "serve", help="run the webhook server (configured by the environment, probot's names)"
+    )
+    serve.add_argument("--host", help="listen address (default: HOST or 0.0.0.0)")
+    serve.add_argument("--port", type=int, help="listen port (default: PORT or 3000)")
+    serve.set_defaults(handler=serve_command)
+
+    worker = subparsers.add_parser("worker", help="run jobs from the queue (a separate process; run several to scale)")
+    worker.add_argument("--threads", type=int, default=1, help="jobs run at once in this process (default 1)")
+    worker.set_defaults(handler=worker_command)
+
+    replay = subparsers.add_parser(
+        "replay", help="run one webhook payload through the handlers (like probot's receive)"
+    )
+    replay.add_argument("payload", help="the payload JSON, e.g. tests/fixtures/webhooks/issue_comment.created.json")
+    replay.add_argument("--event", help="X-GitHub-Event (default: the file name up to its first '.')")
+    replay.add_argument(
+        "--inline", action="store_true", help="also run the jobs it starts here, instead of queueing them"
+    )
+    replay.set_defaults(handler=replay_command)
+
+    scan = subparsers.add_parser("scan", help="classify every causal LM of transformers against a target checkout")
+    scan.add_argument("--repo", required=True, help="the Liger-Kernel checkout (liger-bot target fetch DIR)")
+    scan.add_argument("--only", help="comma-separated model types to classify (default: all)")
+    scan.add_argument("--json", action="store_true", help="print JSON rows instead of the dashboard markdown")
+    scan.set_defaults(handler=scan_command)
+
+
+def _runtime(env, require_secret: bool, immediate: bool = False):
+    from bot.config import configure_logging
+    from bot.config import load_config
+    from bot.runtime import Runtime
+
+    config = load_config(env, require_secret=require_secret)
+    configure_logging(config)
+    return Runtime.from_config(config, immediate=immediate)
+
+
+def serve_command(args, ui) -> ExitStatus:
+    from werkzeug.serving import make_server
+
+    from bot.app import create_app
+
+    runtime = _runtime(ui.env, require_secret=True)
+    host, port = args.host or runtime.config.host, args.port or runtime.config.port
+    server = make_server(host, port, create_app(runtime), threaded=True)
+    ui.progress(
+        f"listening on http://{host}:{server.port}{runtime.config.webhook_path} (queue: {runtime.queue.backend})"
+    )
+    try:
+        server.serve_forever()  # werkzeug's returns on Ctrl-C; an interrupt outside its loop lands below
+    except KeyboardInterrupt:
+        pass
+    finally:
+        server.server_close()
+    ui.progress("stopped")  # Ctrl-C is how a person stops the server: a clean stop, exit status 0
+    return ExitStatus.OK
+
+
+def worker_command(args, ui) -> ExitStatus:
+    from bot.config import hide_secrets_from_children
+    from bot.worker import Worker
+
+    if args.threads < 1:
+        raise PipelineError("--threads must be at least 1")
+    runtime = _runtime(ui.env, require_secret=False)
+    if ui.env is os.environ:  # the target's tests, run by verify gates, inherit the environment
+        hide_secrets_from_children(os.environ)
+    worker = Worker(runtime)
+    ui.progress(f"worker {worker.name}: queue {runtime.queue.backend}, database {runtime.store.engine.dialect.name}")
+    worker.run(threads=args.threads)
+    return ExitStatus.OK
+
+
+def _read_payload(path: str) -> dict:
+    try:
+        payload = json.loads(Path(path).read_text())
+    except OSError as exc:
+        raise PipelineError(f"cannot read {path}: {exc.strerror}") from None
+    except ValueError as exc:
+        raise PipelineError(f"{path} is not JSON: {exc}") from None
+    if not isinstance(payload, dict):
+        raise PipelineError(f"{path} holds no webhook payload (a JSON object)")
+    return payload
+
+
+def replay_command(args, ui) -> ExitStatus:
+    from bot import handlers
+    from bot.worker import Worker
+
+    payload = _read_payload(args.payload)
+    event = args.event or Path(args.payload).name.split(".", 1)[0]
+    action = payload.get("action", "")
+    if not handlers.routes_for(event, action):
+        ui.result(f"{event}.{action}: no handler (the server would answer 200 and ignore it)")
+        return ExitStatus.OK
+    runtime = _runtime(ui.env, require_secret=False, immediate=args.inline)
+    worker = Worker(runtime)
+    runtime.queue.bind(worker.handle_delivery, worker.advance)
+    delivery_id = f"replay-{uuid.uuid4()}"
+    runtime.store.add_delivery(delivery_id, event, action, json.dumps(payload))
+    worker.handle_delivery(delivery_id)
+    delivery = runtime.store.delivery(delivery_id)
+    if delivery.error:
+        raise PipelineError(f"{event}.{action}: {delivery.error}")
+    jobs = [job for job in runtime.store.jobs() if job.created_at >= delivery.received_at]
+    for job in jobs:
+        ui.result(f"job {job.id}: {job.verb} {job.target} in {job.repo}#{job.thread}: {job.state}")
+    ui.result(f"{event}.{action}: handled ({len(jobs)} job(s) started)")
+    return ExitStatus.OK
+
+
+def scan_command(args, ui) -> ExitStatus:
+    from bot.scan import counts
+    from bot.scan import render_dashboard
+    from bot.scan import scan
+    from pipelines.target import open_checkout
+
+    checkout = open_checkout(args.repo, require_clean=False)
+    only = [m.strip() for m in args.only.split(",") if m.strip()] if args.only else None
+    rows = scan(checkout, only=only, progress=ui.progress)
+    if args.json:
+        ui.result(json.dumps({"counts": counts(rows), "models": [r.to_json() for r in rows]}, indent=2))
+    else:
+        ui.result(render_dashboard(rows, {}, (2, 5)))
+    return ExitStatus.OK

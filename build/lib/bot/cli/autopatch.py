@@ -1,0 +1,118 @@
+"""`liger-bot autopatch MODEL --repo DIR [--plan-only] [--json] [--set field=value]...`
+
+`--plan-only` stops after `understand` and prints the profile (markdown, or JSON with `--json`); it works for a
+model the target already supports too, and says so. Without it the whole pipeline runs: understand, act,
+verify.
+"""
+
+from __future__ import annotations
+
+import ast
+import json
+from dataclasses import replace
+from pathlib import Path
+
+from pipelines.autopatch.profile import OVERRIDE_VALUES
+from pipelines.autopatch.profile import Profile
+from pipelines.autopatch.profile import parse_overrides
+from pipelines.outcome import ExitStatus
+from pipelines.outcome import PipelineError
+from pipelines.target import Checkout
+from pipelines.target import open_checkout
+
+REGISTRY = "MODEL_TYPE_TO_APPLY_LIGER_FN"
+
+
+def register(subparsers) -> None:
+    parser = subparsers.add_parser("autopatch", help="add Liger kernels to a HuggingFace model in a Liger checkout")
+    parser.add_argument("model", help="model_type (nemotron), class name (NemotronForCausalLM) or display name")
+    parser.add_argument("--repo", required=True, help="the Liger-Kernel checkout (clean git tree)")
+    parser.add_argument("--plan-only", action="store_true", help="stop after understand: print the profile")
+    parser.add_argument("--json", action="store_true", help="print JSON instead of markdown")
+    parser.add_argument(
+        "--set",
+        dest="overrides",
+        action="append",
+        default=[],
+        metavar="FIELD=VALUE",
+        help="override a decision; fields and values: "
+        + "; ".join(f"{k}: {' | '.join(v)}" for k, v in OVERRIDE_VALUES.items()),
+    )
+    parser.add_argument(
+        "--profile",
+        type=Path,
+        metavar="FILE",
+        help="apply this profile (the JSON of --plan-only --json, as reviewed) instead of running understand again",
+    )
+    parser.set_defaults(handler=autopatch_command)
+
+
+def supported_models(monkey_patch: Path) -> dict[str, str]:
+    """model_type -> apply_liger_kernel_to_* as the target's registry dict says (read with ast, not imported)."""
+    tree = ast.parse(monkey_patch.read_text())
+    for node in tree.body:
+        target = node.targets[0] if isinstance(node, ast.Assign) else getattr(node, "target", None)
+        if getattr(target, "id", None) == REGISTRY and isinstance(node.value, ast.Dict):
+            return {
+                k.value: v.id
+                for k, v in zip(node.value.keys, node.value.values, strict=True)
+                if isinstance(k, ast.Constant) and isinstance(v, ast.Name)
+            }
+    raise PipelineError(f"{monkey_patch} has no {REGISTRY} dict", hint="is this a Liger-Kernel checkout?")
+
+
+def plan(model: str, checkout: Checkout, overrides: list[str], progress) -> Profile:
+    from pipelines.autopatch.pipeline import understand_model  # torch and transformers: only when needed
+
+    parsed = parse_overrides(overrides)  # refuse a bad --set before any work
+    progress(f"understanding {model}")
+    profile = understand_model(model, checkout)
+    supported_by = supported_models(checkout.monkey_patch).get(profile.model_type)
+    profile = replace(profile, identity=replace(profile.identity, supported_by=supported_by))
+    return profile.with_overrides(parsed) if parsed else profile
+
+
+def reviewed(path: Path, model_type: str, overrides: list[str], progress) -> Profile:
+    """The profile file a reviewer approved, for this model, with any further --set applied."""
+    from pipelines.autopatch.pipeline import approved_profile
+
+    parse_overrides(overrides)
+    try:
+        data = json.loads(path.read_text())
+    except (OSError, ValueError) as exc:
+        raise PipelineError(f"--profile {path}: {exc}") from None
+    profile = approved_profile(data, overrides)
+    if profile.model_type != model_type:
+        raise PipelineError(f"--profile {path} is the profile of {profile.model_type}, not {model_type}")
+    progress(f"applying the reviewed profile {path} (understand is not run again)")
+    return profile
+
+
+def autopatch_command(args, ui) -> ExitStatus:
+    from pipelines.autopatch.resolve import resolve
+
+    checkout = open_checkout(args.repo)
+    ref = resolve(args.model)
+    supported_by = supported_models(checkout.monkey_patch).get(ref.model_type)
+    if supported_by and not args.plan_only:  # refuse before the (slower) understand stage
+        raise PipelineError(
+            f"{ref.model_type} is already supported by {supported_by} in {checkout.monkey_patch}",
+            hint=f"change the existing {supported_by} instead, or see the profile with --plan-only",
+        )
+    profile = (
+        reviewed(args.profile, ref.model_type, args.overrides, ui.progress)
+        if args.profile
+        else plan(args.model, checkout, args.overrides, ui.progress)
+    )
+    if args.plan_only:
+        from pipelines.autopatch import markdown
+
+        if supported_by:
+            ui.progress(f"{profile.model_type} is already supported by the target: {supported_by}")
+        ui.result(json.dumps(profile.to_json(), indent=2) if args.json else markdown.render(profile))
+        return ExitStatus.OK
+    from pipelines.autopatch.pipeline import run_pipeline  # written beside this stage; imported when needed
+
+    result = run_pipeline(checkout, profile, ui.progress)
+    ui.result(json.dumps(result.to_json(), indent=2) if args.json else result.summary())
+    return ExitStatus.OK if result.ok else ExitStatus.GATE_FAILED

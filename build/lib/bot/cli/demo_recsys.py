@@ -1,0 +1,23 @@
+"""`liger-bot demo recsys [--device cpu|cuda] [--steps N] [--json]`: added to `demo` by bot/cli/demo.py."""
+
+from __future__ import annotations
+
+import json
+
+from pipelines.fuse import demo
+from pipelines.outcome import ExitStatus
+
+
+def add_recsys_parser(verbs) -> None:
+    recsys = verbs.add_parser("recsys", help="naive partitioned mean pooling: eager vs torch.compile vs our pass")
+    recsys.add_argument("--device", choices=("cpu", "cuda"), default="cpu")
+    recsys.add_argument("--steps", type=int, default=10, help="training steps per variant (default %(default)s)")
+    recsys.add_argument("--json", action="store_true", help="print the figures as JSON")
+    recsys.set_defaults(handler=recsys_command)
+
+
+def recsys_command(args, ui) -> ExitStatus:
+    ui.progress(f"running the recsys encoder on {args.device} ({args.steps} steps per variant)")
+    result = demo.run(args.device, max(args.steps, 2))
+    ui.result(json.dumps(result) if args.json else demo.to_text(result))
+    return ExitStatus.OK if result["grads_match"] else ExitStatus.GATE_FAILED

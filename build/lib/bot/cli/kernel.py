@@ -1,0 +1,33 @@
+"""`liger-bot kernel SPEC --repo DIR [--name snake_name] [--json]`: a PyTorch op -> a tested Triton kernel."""
+
+from __future__ import annotations
+
+import json
+
+from pipelines.kernel import pipeline
+from pipelines.outcome import ExitStatus
+from pipelines.outcome import gates_table
+
+
+def register(subparsers) -> None:
+    parser = subparsers.add_parser("kernel", help="turn a PyTorch op into a tested, benchmarked Liger Triton kernel")
+    parser.add_argument("spec", help="a transformers ACT2FN name, path/in/repo.py:function_or_Module, or a .py file")
+    parser.add_argument("--repo", required=True, help="the Liger-Kernel checkout to write into (clean)")
+    parser.add_argument("--name", help="the kernel's snake_case name (default: from the spec)")
+    parser.add_argument("--out", help="where the PR body, benchmark table and plot go (default out/kernel/NAME)")
+    parser.add_argument("--profile-only", action="store_true", help="print the kernel profile; write nothing")
+    parser.add_argument("--json", action="store_true", help="print the result as JSON")
+    parser.set_defaults(handler=kernel_command)
+
+
+def kernel_command(args, ui) -> ExitStatus:
+    if args.profile_only:
+        _, _, profile = pipeline.understand(args.spec, args.repo, args.name)
+        ui.result(json.dumps(profile.to_json(), indent=2) if args.json else profile.to_markdown())
+        return ExitStatus.OK
+    result = pipeline.run(args.spec, args.repo, args.name, args.out, progress=ui.progress)
+    if args.json:
+        ui.result(json.dumps(result.to_json(), indent=2))
+    else:
+        ui.result(f"branch {result.branch}: {len(result.files)} files\n{gates_table(result.gates)}")
+    return ExitStatus.GATE_FAILED if result.failed else ExitStatus.OK

@@ -1,0 +1,202 @@
+"""Configuration: the App's environment (probot's names where they exist) and a repo's `.github/liger-bot.yml`.
+
+The repo file is read from the default branch only (never a PR branch), so a pull request cannot change who
+may approve or switch the repo to autonomous.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+from collections.abc import Mapping
+from dataclasses import dataclass
+from dataclasses import field
+from pathlib import Path
+
+import yaml
+
+from pipelines.outcome import PipelineError
+
+DEFAULT_WEBHOOK_PATH = "/api/github/webhooks"
+DEFAULT_API_URL = "https://api.github.com"
+MAX_PAYLOAD_BYTES = 25 * 1024 * 1024  # GitHub caps webhook payloads at 25 MB
+REPO_CONFIG_PATH = ".github/liger-bot.yml"
+
+
+@dataclass(frozen=True)
+class AppConfig:
+    webhook_secret: str
+    app_id: str = ""
+    private_key: str = ""
+    webhook_path: str = DEFAULT_WEBHOOK_PATH
+    host: str = "0.0.0.0"
+    port: int = 3000
+    log_level: str = "INFO"
+    database_url: str = "sqlite:///liger-bot.db"
+    redis_url: str = ""  # set: the queue runs on Redis (several hosts); empty: SQLite beside the database
+    queue_path: str = "liger-bot-queue.db"
+    github_api_url: str = DEFAULT_API_URL
+    work_dir: str = "liger-bot-work"  # target checkouts of running jobs
+    max_payload_bytes: int = MAX_PAYLOAD_BYTES
+    lease_seconds: float = 120.0  # a running job whose worker stopped heartbeating for this long is recovered
+    max_resumes: int = 2  # resumes after a worker died mid-stage; then the job fails with a message
+
+    @property
+    def can_authenticate(self) -> bool:
+        return bool(self.app_id and self.private_key)
+
+
+def _private_key(env: Mapping[str, str]) -> str:
+    if env.get("PRIVATE_KEY"):
+        # probot accepts the key with literal "\n" (how most secret stores keep one line)
+        return env["PRIVATE_KEY"].replace("\\n", "\n")
+    path = env.get("PRIVATE_KEY_PATH")
+    if not path:
+        return ""
+    try:
+        return Path(path).expanduser().read_text()
+    except OSError as exc:
+        raise PipelineError(
+            f"PRIVATE_KEY_PATH {path}: {exc.strerror}", hint="point it at the App's .pem file"
+        ) from None
+
+
+def _int(env: Mapping[str, str], name: str, default: int) -> int:
+    raw = env.get(name)
+    if raw is None or raw == "":
+        return default
+    try:
+        return int(raw)
+    except ValueError:
+        raise PipelineError(f"{name}={raw!r} is not a whole number") from None
+
+
+def load_config(env: Mapping[str, str] = os.environ, require_secret: bool = True) -> AppConfig:
+    """The App's configuration from the environment. Without WEBHOOK_SECRET the server refuses to start."""
+    secret = env.get("WEBHOOK_SECRET", "")
+    if require_secret and not secret:
+        raise PipelineError(
+            "WEBHOOK_SECRET is not set: the App refuses to accept unsigned webhooks",
+            hint="set WEBHOOK_SECRET to the secret of the GitHub App's webhook",
+        )
+    path = env.get("WEBHOOK_PATH") or DEFAULT_WEBHOOK_PATH
+    if not path.startswith("/"):
+        raise PipelineError(f"WEBHOOK_PATH={path!r} must start with '/'")
+    level = (env.get("LOG_LEVEL") or "info").upper()
+    if level not in ("TRACE", "DEBUG", "INFO", "WARN", "WARNING", "ERROR", "FATAL", "CRITICAL"):
+        raise PipelineError(f"LOG_LEVEL={level!r} is not a log level", hint="one of debug, info, warn, error")
+    return AppConfig(
+        webhook_secret=secret,
+        app_id=env.get("APP_ID", ""),
+        private_key=_private_key(env),
+        webhook_path=path,
+        host=env.get("HOST") or "0.0.0.0",
+        port=_int(env, "PORT", 3000),
+        log_level={"TRACE": "DEBUG", "WARN": "WARNING", "FATAL": "CRITICAL"}.get(level, level),
+        database_url=env.get("DATABASE_URL") or "sqlite:///liger-bot.db",
+        redis_url=env.get("REDIS_URL", ""),
+        queue_path=env.get("QUEUE_PATH") or "liger-bot-queue.db",
+        github_api_url=(env.get("GITHUB_API_URL") or DEFAULT_API_URL).rstrip("/"),
+        work_dir=env.get("WORK_DIR") or "liger-bot-work",
+        lease_seconds=float(_int(env, "JOB_LEASE_SECONDS", 120)),
+    )
+
+
+# What the worker must not hand to the processes it starts: verify gates run the target repository's code.
+SECRET_VARIABLES = ("PRIVATE_KEY", "WEBHOOK_SECRET", "DATABASE_URL", "REDIS_URL")
+
+
+def hide_secrets_from_children(environ) -> list[str]:
+    """Drop the App's secrets from `environ` (os.environ in the worker) once the config holds them; returns their
+    names. Subprocesses inherit the environment, and a test suite of the target can print it."""
+    hidden = [name for name in SECRET_VARIABLES if name in environ]
+    for name in hidden:
+        del environ[name]
+    return hidden
+
+
+def configure_logging(config: AppConfig) -> None:
+    logging.basicConfig(level=config.log_level, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+    # one access-log line per delivery only when debugging (probot logs requests at debug too)
+    logging.getLogger("werkzeug").setLevel("DEBUG" if config.log_level == "DEBUG" else "WARNING")
+
+
+# --- the repo's .github/liger-bot.yml ---------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class RepoConfig:
+    autonomous: bool = False  # False: the checkpoint after understand waits for `/liger approve`
+    runner: str = "local"  # local | actions
+    runner_labels: tuple[str, ...] = ("self-hosted", "gpu")
+    prs_per_hour: int = 2
+    max_open_prs: int = 5
+    approvers: tuple[str, ...] = ()  # empty: anyone with write permission may approve
+    problems: tuple[str, ...] = field(default=(), compare=False)  # what was wrong in the file (defaults used)
+
+    def may_approve(self, login: str) -> bool:
+        return not self.approvers or login.lower() in {a.lower() for a in self.approvers}
+
+
+def _labels(value, problems: list[str]) -> tuple[str, ...] | None:
+    if isinstance(value, str):
+        value = [value]
+    if not isinstance(value, list) or not all(isinstance(v, str) and v.strip() for v in value):
+        problems.append("runner.labels must be a list of label names")
+        return None
+    return tuple(v.strip() for v in value)
+
+
+def _positive_int(value, name: str, problems: list[str]) -> int | None:
+    if isinstance(value, bool) or not isinstance(value, int) or value < 0:
+        problems.append(f"{name} must be a whole number >= 0")
+        return None
+    return value
+
+
+def parse_repo_config(text: str | None) -> RepoConfig:
+    """`.github/liger-bot.yml` -> RepoConfig. A bad file never stops the bot: defaults, with the problems listed."""
+    if not text:
+        return RepoConfig()
+    try:
+        data = yaml.safe_load(text)
+    except yaml.YAMLError as exc:
+        return RepoConfig(problems=(f"{REPO_CONFIG_PATH} is not valid YAML ({exc.__class__.__name__})",))
+    if data is None:
+        return RepoConfig()
+    if not isinstance(data, dict):
+        return RepoConfig(problems=(f"{REPO_CONFIG_PATH} must be a mapping",))
+    problems: list[str] = []
+    values: dict = {}
+    if "autonomous" in data:
+        if isinstance(data["autonomous"], bool):
+            values["autonomous"] = data["autonomous"]
+        else:
+            problems.append("autonomous must be true or false")
+    runner = data.get("runner") or {}
+    if isinstance(runner, dict):
+        if runner.get("kind", "local") in ("local", "actions"):
+            values["runner"] = runner.get("kind", "local")
+        else:
+            problems.append("runner.kind must be local or actions")
+        if "labels" in runner and (labels := _labels(runner["labels"], problems)):
+            values["runner_labels"] = labels
+    else:
+        problems.append("runner must be a mapping (kind, labels)")
+    limits = data.get("limits") or {}
+    if isinstance(limits, dict):
+        for key, attr in (("prs_per_hour", "prs_per_hour"), ("open_prs", "max_open_prs")):
+            if key in limits and (number := _positive_int(limits[key], f"limits.{key}", problems)) is not None:
+                values[attr] = number
+    else:
+        problems.append("limits must be a mapping (prs_per_hour, open_prs)")
+    approvers = data.get("approvers")
+    if approvers is not None:
+        if isinstance(approvers, list) and all(isinstance(a, str) for a in approvers):
+            values["approvers"] = tuple(a.lstrip("@") for a in approvers)
+        else:
+            problems.append("approvers must be a list of GitHub logins")
+    unknown = sorted(set(data) - {"autonomous", "runner", "limits", "approvers"})
+    if unknown:
+        problems.append(f"unknown keys ignored: {', '.join(map(str, unknown))}")
+    return RepoConfig(**values, problems=tuple(problems))

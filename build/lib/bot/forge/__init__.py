@@ -1,0 +1,1 @@
+"""Forges: one interface (`base.Forge`), a real `local` implementation beside `github` (Renovate-style)."""

@@ -1,0 +1,126 @@
+"""Pushing the bot's branch to the forge's git remote, and noticing when a person has pushed to it.
+
+Credentials travel in the remote URL (`https://x-access-token:TOKEN@host/owner/repo.git`), but that URL is
+handed to git through `GIT_CONFIG_*` environment entries (a named remote), not argv, so it never shows in a
+process list; every line git prints is redacted before it reaches a log or an exception.
+
+Renovate's rule: once the remote branch holds a commit the bot did not make, the bot stops rewriting it.
+A commit is the bot's when it is the head the bot last pushed, or when its committer is the bot's identity.
+"""
+
+from __future__ import annotations
+
+import enum
+import os
+import subprocess
+import urllib.parse
+from dataclasses import dataclass
+from pathlib import Path
+
+from bot.forge import redact
+from pipelines.git import BOT_IDENTITY
+from pipelines.git import GitError
+
+REMOTE = "liger-bot-push"
+_CHECK_REF = "refs/liger-bot/remote-head"
+
+
+class PushOutcome(str, enum.Enum):
+    PUSHED = "pushed"
+    UP_TO_DATE = "up to date"
+    HUMAN_PUSHED = "a person pushed to the branch"
+
+
+@dataclass(frozen=True)
+class PushResult:
+    outcome: PushOutcome
+    branch: str
+    head: str  # what the remote branch points at afterwards
+    foreign_commits: tuple[str, ...] = ()  # the commits that stopped us, when HUMAN_PUSHED
+
+    @property
+    def message(self) -> str:
+        if self.outcome is not PushOutcome.HUMAN_PUSHED:
+            return f"{self.branch}: {self.outcome.value} ({self.head[:12]})"
+        shown = ", ".join(sha[:12] for sha in self.foreign_commits[:5])
+        return (
+            f"someone else pushed to `{self.branch}` ({shown}), so liger-bot stops rewriting it; "
+            f"delete the branch or close the PR to let the bot start over"
+        )
+
+
+def credentialed_url(url: str, credentials: tuple[str, str] | None) -> str:
+    if credentials is None or not url.startswith(("http://", "https://")):
+        return url
+    user, password = (urllib.parse.quote(part, safe="") for part in credentials)
+    redact.remember(credentials[1])
+    parts = urllib.parse.urlsplit(url)
+    host = parts.netloc.rpartition("@")[2]
+    return urllib.parse.urlunsplit(parts._replace(netloc=f"{user}:{password}@{host}"))
+
+
+class Remote:
+    """A git remote reached from a local checkout with credentials that never leave this object unredacted."""
+
+    def __init__(self, checkout: Path, url: str, credentials: tuple[str, str] | None = None):
+        self.checkout = Path(checkout)
+        self.display_url = redact.redact(url)
+        self._url = credentialed_url(url, credentials)
+
+    def git(self, *args: str) -> str:
+        name, email = BOT_IDENTITY
+        config = {
+            f"remote.{REMOTE}.url": self._url,
+            "credential.helper": "",  # never hand the token to a credential store
+            "user.name": name,
+            "user.email": email,
+            "commit.gpgsign": "false",
+        }
+        env = {**os.environ, "GIT_TERMINAL_PROMPT": "0", "GIT_ASKPASS": "true", "GIT_CONFIG_COUNT": str(len(config))}
+        for index, (key, value) in enumerate(config.items()):
+            env[f"GIT_CONFIG_KEY_{index}"] = key
+            env[f"GIT_CONFIG_VALUE_{index}"] = value
+        proc = subprocess.run(["git", *args], cwd=self.checkout, env=env, capture_output=True, text=True, timeout=300)
+        if proc.returncode != 0:
+            detail = redact.redact(proc.stderr.strip().replace(self._url, self.display_url))
+            raise GitError(f"git {args[0]} to {self.display_url} failed: {detail}")
+        return proc.stdout
+
+    def head(self, branch: str) -> str | None:
+        line = self.git("ls-remote", REMOTE, f"refs/heads/{branch}").strip()
+        return line.split()[0] if line else None
+
+    def fetch(self, branch: str) -> str:
+        self.git("fetch", "-q", "--no-tags", REMOTE, f"+refs/heads/{branch}:{_CHECK_REF}")
+        return self.git("rev-parse", _CHECK_REF).strip()
+
+
+def foreign_commits(remote: Remote, remote_head: str, local_head: str) -> list[str]:
+    """Commits on the remote branch, not in our history, whose committer is not the bot."""
+    _, bot_email = BOT_IDENTITY
+    log = remote.git("log", "--format=%H %ce", remote_head, "--not", local_head)
+    return [sha for sha, _, email in (line.partition(" ") for line in log.splitlines()) if email != bot_email]
+
+
+def push_branch(
+    checkout: Path,
+    branch: str,
+    url: str,
+    credentials: tuple[str, str] | None = None,
+    last_pushed: str | None = None,
+) -> PushResult:
+    """Push the local `branch` to `url`, replacing what the bot pushed before, never what a person pushed."""
+    remote = Remote(checkout, url, credentials)
+    local_head = remote.git("rev-parse", f"refs/heads/{branch}").strip()
+    remote_head = remote.head(branch)
+    if remote_head == local_head:
+        return PushResult(PushOutcome.UP_TO_DATE, branch, local_head)
+    if remote_head is not None and remote_head != last_pushed:
+        remote.fetch(branch)
+        strangers = foreign_commits(remote, remote_head, local_head)
+        if strangers:
+            return PushResult(PushOutcome.HUMAN_PUSHED, branch, remote_head, tuple(strangers))
+    # the lease makes a push that raced with a person's push fail instead of overwriting it
+    lease = f"--force-with-lease=refs/heads/{branch}:{remote_head or ''}"
+    remote.git("push", "-q", lease, REMOTE, f"refs/heads/{branch}:refs/heads/{branch}")
+    return PushResult(PushOutcome.PUSHED, branch, local_head)

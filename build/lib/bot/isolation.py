@@ -1,0 +1,204 @@
+"""Pipeline stages in a child process: the target repository's code never runs inside the worker.
+
+The worker holds the App's private key, the webhook secret and installation tokens in memory; understand and
+act + verify import the target's files (a fuse model file, a kernel's `path.py:function`) and run its tests. So
+`isolated(adapter, "module:NAME")` gives an Adapter whose two stages each run `python -m bot.isolation` in a
+child: the request goes in as JSON on stdin, the child runs the named in-process adapter's stage, and its answer
+comes back as JSON in a result file. The child's environment is the allow-list of `pipelines.commands` (never the
+App's variables) and its directory the job's checkout.
+
+Progress crosses on a pipe of its own, one JSON object a line (`{"progress": text}` or `{"gate": record}`); the
+parent forwards each to the worker's callback (the status comment), and a callback that raises (the job was
+cancelled) kills the child. What the child prints (the target's own output included) goes to a log file whose tail
+is the crash report: nothing the target prints on stdout or stderr can pass for progress.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import importlib
+import json
+import os
+import signal
+import subprocess
+import sys
+import tempfile
+import traceback
+from pathlib import Path
+from typing import TYPE_CHECKING
+
+from pipelines.commands import allowed_env
+from pipelines.outcome import GateResult
+from pipelines.outcome import PipelineError
+from pipelines.target import Checkout
+
+if TYPE_CHECKING:  # bot.adapters builds its table with isolated(): its names are imported where they are used
+    from bot.adapters import Adapter
+    from bot.adapters import Outcome
+    from bot.adapters import Progress
+    from bot.adapters import Request
+    from bot.adapters import Understood
+
+SOURCE_ROOT = Path(__file__).resolve().parents[1]  # liger-bot's own packages, importable in the child
+
+
+class StageCrashed(RuntimeError):
+    """The stage's process failed with something other than a PipelineError (a bug, a crash, a kill)."""
+
+
+def isolated(adapter: Adapter, name: str) -> Adapter:
+    """`adapter` with understand and act + verify run in a child; `name` ("module:NAME") finds it there."""
+    return dataclasses.replace(
+        adapter,
+        understand=lambda request: understood_from_json(run_stage(name, "understand", request, _ignore)),
+        act_verify=lambda request, progress: outcome_from_json(run_stage(name, "act_verify", request, progress)),
+    )
+
+
+def _ignore(_event) -> None:
+    pass
+
+
+# --- the parent side ----------------------------------------------------------------------------------------
+
+
+def child_env() -> dict[str, str]:
+    env = allowed_env()
+    env["PYTHONPATH"] = os.pathsep.join(filter(None, [str(SOURCE_ROOT), env.get("PYTHONPATH", "")]))
+    return env
+
+
+def run_stage(name: str, stage: str, request: Request, progress: Progress) -> dict:
+    """Run `stage` of the adapter `name` in a child; its JSON answer, or the PipelineError it raised."""
+    job = {"adapter": name, "stage": stage, "request": request_json(request)}
+    with tempfile.TemporaryDirectory(prefix="liger-bot-stage-") as scratch:
+        result_file, log_file = Path(scratch) / "result.json", Path(scratch) / "output.log"
+        events_read, events_write = os.pipe()
+        # -P: the checkout (the child's cwd) is not put on sys.path, so it cannot stand in for liger-bot's modules
+        argv = [sys.executable, "-P", "-m", "bot.isolation", str(result_file), str(events_write)]
+        with log_file.open("w") as log:
+            proc = subprocess.Popen(
+                argv,
+                cwd=request.checkout.root,
+                env=child_env(),
+                stdin=subprocess.PIPE,
+                stdout=log,
+                stderr=subprocess.STDOUT,
+                pass_fds=(events_write,),
+                text=True,
+                start_new_session=True,  # its own process group: a cancel stops the target's tests it started too
+            )
+        os.close(events_write)  # the child holds the only writer: its exit ends the stream
+        try:
+            proc.stdin.write(json.dumps(job))
+            proc.stdin.close()
+            with os.fdopen(events_read) as events:
+                for line in events:
+                    progress(_event_from_json(json.loads(line)))
+            returncode = proc.wait()
+        finally:
+            if proc.poll() is None:  # the callback raised (a cancelled job): stop the stage now
+                os.killpg(proc.pid, signal.SIGKILL)
+                proc.wait()
+        return _answer(result_file, returncode, _tail(log_file), stage)
+
+
+def _tail(log_file: Path, lines: int = 15) -> str:
+    return "\n".join(log_file.read_text(errors="replace").splitlines()[-lines:])
+
+
+def _event_from_json(event: dict):
+    return GateResult.from_record(event["gate"]) if "gate" in event else str(event["progress"])
+
+
+def _answer(result_file: Path, returncode: int, tail: str, stage: str) -> dict:
+    answer = json.loads(result_file.read_text()) if result_file.is_file() else {}
+    if "refused" in answer:
+        raise PipelineError(answer["refused"]["message"], hint=answer["refused"].get("hint", ""))
+    if "ok" in answer and returncode == 0:
+        return answer["ok"]
+    why = answer.get("crashed") or f"exited {returncode}"
+    raise StageCrashed(f"the {stage} stage's process failed: {why}\n{tail}".strip())
+
+
+# --- JSON both ways -----------------------------------------------------------------------------------------
+
+
+def request_json(request: Request) -> dict:
+    return {
+        "root": str(request.checkout.root),
+        "target": request.target,
+        "settings": list(request.settings),
+        "options": dict(request.options),
+        "out_dir": str(request.out_dir) if request.out_dir else None,
+    }
+
+
+def request_from_json(data: dict) -> Request:
+    from bot.adapters import Request
+
+    out_dir = Path(data["out_dir"]) if data.get("out_dir") else None
+    checkout = Checkout(Path(data["root"]))  # validated by the parent, which made it
+    return Request(checkout, data["target"], tuple(data["settings"]), dict(data["options"]), out_dir)
+
+
+def understood_json(understood: Understood) -> dict:
+    return {**dataclasses.asdict(understood), "needs_review": list(understood.needs_review)}
+
+
+def understood_from_json(data: dict) -> Understood:
+    from bot.adapters import Understood
+
+    return Understood(data["profile"], data["branch"], tuple(data.get("needs_review") or ()), data.get("summary", ""))
+
+
+def outcome_json(outcome: Outcome) -> dict:
+    return {**dataclasses.asdict(outcome), "gates": [g.to_record() for g in outcome.gates]}
+
+
+def outcome_from_json(data: dict) -> Outcome:
+    from bot.adapters import Outcome
+
+    return Outcome(**{**data, "gates": [GateResult.from_record(g) for g in data["gates"]]})
+
+
+# --- the child side -----------------------------------------------------------------------------------------
+
+
+def _emitter(events):
+    def emit(event) -> None:
+        record = {"gate": event.to_record()} if isinstance(event, GateResult) else {"progress": str(event)}
+        events.write(json.dumps(record) + "\n")
+        events.flush()
+
+    return emit
+
+
+def _resolve(name: str) -> Adapter:
+    module, _, attribute = name.partition(":")
+    return getattr(importlib.import_module(module), attribute)
+
+
+def run_child(job: dict, emit) -> dict:
+    adapter, request = _resolve(job["adapter"]), request_from_json(job["request"])
+    try:
+        if job["stage"] == "understand":
+            return {"ok": understood_json(adapter.understand(request))}
+        return {"ok": outcome_json(adapter.act_verify(request, emit))}
+    except PipelineError as exc:
+        return {"refused": {"message": exc.message, "hint": exc.hint}}
+    except Exception as exc:
+        traceback.print_exc()
+        return {"crashed": f"{exc.__class__.__name__}: {exc}"[:1000]}
+
+
+def main(argv: list[str]) -> int:
+    result_file = Path(argv[0])
+    with os.fdopen(int(argv[1]), "w") as events:
+        answer = run_child(json.loads(sys.stdin.read()), _emitter(events))
+    result_file.write_text(json.dumps(answer))
+    return 0 if "crashed" not in answer else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv[1:]))

@@ -1,0 +1,79 @@
+"""The task queue: huey. Embedded on a SQLite file by default (no server to run), on Redis when REDIS_URL is set
+so several web and worker processes on several hosts share the work.
+
+The queue carries only ids (a delivery id, a job id); the database holds the state. A task lost with a killed
+worker is therefore found again by the worker's sweep (`Worker.sweep`), never by trusting the queue.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+
+from huey import Huey
+from huey import RedisHuey
+from huey import SqliteHuey
+from huey.consumer import Consumer
+
+QUEUE_NAME = "liger-bot"
+
+
+class Queue:
+    """Two tasks: handle one stored delivery, advance one job. Both are idempotent on the database's state."""
+
+    def __init__(self, huey: Huey):
+        self.huey = huey
+        self._on_delivery: Callable[[str], None] | None = None
+        self._on_job: Callable[[int], None] | None = None
+        self._delivery_task = huey.task(name="liger_bot.handle_delivery")(self._handle_delivery)
+        self._job_task = huey.task(name="liger_bot.advance_job")(self._advance_job)
+
+    @property
+    def backend(self) -> str:
+        return "redis" if isinstance(self.huey, RedisHuey) else "memory" if self.huey.immediate else "sqlite"
+
+    def bind(self, on_delivery: Callable[[str], None], on_job: Callable[[int], None]) -> None:
+        """Where tasks run (the worker binds these; a web process only enqueues)."""
+        self._on_delivery, self._on_job = on_delivery, on_job
+
+    def enqueue_delivery(self, delivery_id: str) -> None:
+        self._delivery_task(delivery_id)
+
+    def enqueue_job(self, job_id: int, delay: float = 0) -> None:
+        if delay:
+            self._job_task.schedule(args=(job_id,), delay=delay)
+        else:
+            self._job_task(job_id)
+
+    def consumer(self, workers: int = 1) -> Consumer:
+        return self.huey.create_consumer(
+            workers=workers, worker_type="thread", periodic=False, initial_delay=0.05, max_delay=1.0
+        )
+
+    def pending(self) -> int:
+        return self.huey.pending_count()
+
+    def run_pending(self, limit: int = 50) -> int:
+        """Run queued tasks in this thread, in order, without a consumer: how the test harnesses drain the queue."""
+        ran = 0
+        while ran < limit and (task := self.huey.dequeue()) is not None:
+            self.huey.execute(task)
+            ran += 1
+        return ran
+
+    def _handle_delivery(self, delivery_id: str) -> None:
+        if self._on_delivery is None:
+            raise RuntimeError("this process only enqueues (no worker bound)")
+        self._on_delivery(delivery_id)
+
+    def _advance_job(self, job_id: int) -> None:
+        if self._on_job is None:
+            raise RuntimeError("this process only enqueues (no worker bound)")
+        self._on_job(job_id)
+
+
+def make_queue(redis_url: str = "", sqlite_path: str = "liger-bot-queue.db", immediate: bool = False) -> Queue:
+    if immediate:  # tasks run inline as they are queued: `liger-bot replay --inline` and unit tests
+        return Queue(Huey(QUEUE_NAME, immediate=True, results=False))
+    if redis_url:
+        return Queue(RedisHuey(QUEUE_NAME, url=redis_url, results=False))
+    return Queue(SqliteHuey(QUEUE_NAME, filename=sqlite_path, results=False))

@@ -1,0 +1,171 @@
+"""Where verify gates run: `local` (in the worker's process, the default) or `actions` (a GPU workflow).
+
+A runner's `start` either finishes the verification (`local`) or dispatches it and returns `Dispatched`
+(`actions`); the job then waits for `workflow_run.completed`, and `ActionsRunner.resume` reads the verdict
+from the `liger-bot-report` artifact the workflow uploads (`report.json`, the `VerifyReport` JSON below).
+
+A verify run may also measure: its `Figures` (bot/figures.py) come beside report.json in the artifact.
+"""
+
+from __future__ import annotations
+
+import enum
+import io
+import json
+import zipfile
+from collections.abc import Callable
+from collections.abc import Mapping
+from dataclasses import dataclass
+from dataclasses import field
+
+from bot.figures import Figures
+from bot.forge.base import Forge
+from bot.forge.base import RepoRef
+from bot.forge.base import WorkflowRun
+from pipelines.outcome import GateResult
+from pipelines.outcome import GateStatus
+from pipelines.outcome import PipelineError
+from pipelines.outcome import hard_failure
+
+VERIFY_WORKFLOW = "liger-bot-verify.yml"
+SCAN_WORKFLOW = "liger-bot-scan.yml"
+REPORT_ARTIFACT = "liger-bot-report"
+REPORT_FILE = "report.json"
+DEFAULT_LABELS = ("self-hosted", "linux", "gpu")
+BRANCH_PREFIX = "liger-bot/"
+
+
+class RunnerKind(str, enum.Enum):
+    LOCAL = "local"
+    ACTIONS = "actions"
+
+
+@dataclass(frozen=True)
+class VerifyRequest:
+    repo: RepoRef
+    branch: str  # the bot's branch, already pushed (actions) or checked out (local)
+    pipeline: str
+    target: str
+    job_id: str
+    settings: tuple[str, ...] = ()  # the job's `field=value` overrides, applied again on the runner
+
+
+@dataclass(frozen=True)
+class VerifyReport:
+    job_id: str
+    gates: tuple[GateResult, ...]
+    figures: Figures = field(default_factory=Figures, compare=False)  # not in report.json: files beside it
+
+    @property
+    def passed(self) -> bool:
+        return not hard_failure(list(self.gates))
+
+    def to_json(self) -> dict:
+        return {"job_id": self.job_id, "gates": [g.to_record() for g in self.gates]}
+
+    @classmethod
+    def from_json(cls, data: Mapping) -> VerifyReport:
+        try:
+            gates = tuple(GateResult.from_record(g) for g in data["gates"])
+            return cls(str(data["job_id"]), gates)
+        except (KeyError, TypeError, ValueError) as error:
+            raise PipelineError(
+                f"the verify report is malformed ({error!r})", hint="check the workflow's verify step"
+            ) from None
+
+
+@dataclass(frozen=True)
+class Dispatched:
+    """Verification runs elsewhere; the job waits for the workflow run on `branch` to complete."""
+
+    workflow: str
+    branch: str
+
+
+class Runner:
+    kind: RunnerKind
+
+    def start(self, request: VerifyRequest) -> VerifyReport | Dispatched:
+        raise NotImplementedError
+
+
+class LocalRunner(Runner):
+    """Runs the gates in the worker: `verify(request)` is the pipeline's verify stage."""
+
+    kind = RunnerKind.LOCAL
+
+    def __init__(self, verify: Callable[[VerifyRequest], list[GateResult]]):
+        self.verify = verify
+
+    def start(self, request: VerifyRequest) -> VerifyReport:
+        return VerifyReport(request.job_id, tuple(self.verify(request)))
+
+
+class ActionsRunner(Runner):
+    """Dispatches the shipped verify workflow on the bot's branch of the base repository."""
+
+    kind = RunnerKind.ACTIONS
+
+    def __init__(self, forge: Forge, labels: tuple[str, ...] = DEFAULT_LABELS, workflow: str = VERIFY_WORKFLOW):
+        self.forge = forge
+        self.labels = tuple(labels)
+        self.workflow = workflow
+
+    def start(self, request: VerifyRequest) -> Dispatched:
+        if not request.branch.startswith(BRANCH_PREFIX):
+            raise PipelineError(f"refusing to verify {request.branch!r} on GPU runners: not a liger-bot branch")
+        inputs = {
+            "job_id": request.job_id,
+            "pipeline": request.pipeline,
+            "target": request.target,
+            "runner_labels": json.dumps(list(self.labels)),
+            "settings": json.dumps(list(request.settings)),
+        }
+        self.forge.dispatch_workflow(request.repo, self.workflow, request.branch, inputs)
+        return Dispatched(self.workflow, request.branch)
+
+    def resume(self, repo: RepoRef, run: WorkflowRun, job_id: str) -> VerifyReport:
+        """The verdict of a completed run: its report, or one failed gate saying why there is none."""
+        archive = self.forge.download_artifact(repo, run.id, REPORT_ARTIFACT)
+        if archive is None:
+            detail = f"workflow run {run.id} ended {run.conclusion or run.status} without uploading {REPORT_ARTIFACT}"
+            return VerifyReport(job_id, (GateResult("gpu workflow", GateStatus.FAIL, detail),))
+        with zipfile.ZipFile(io.BytesIO(archive)) as bundle:
+            if REPORT_FILE not in bundle.namelist():
+                raise PipelineError(
+                    f"the {REPORT_ARTIFACT} artifact holds no {REPORT_FILE}", hint="check the workflow's verify step"
+                )
+            report = VerifyReport.from_json(json.loads(bundle.read(REPORT_FILE)))
+            return VerifyReport(report.job_id, report.gates, Figures.from_archive(bundle))
+
+
+class WorkflowKind(str, enum.Enum):
+    VERIFY = "verify"
+    SCAN = "scan"
+
+
+def classify_workflow_run(payload: Mapping) -> tuple[WorkflowKind, WorkflowRun] | None:
+    """For a `workflow_run` webhook: which of our workflows completed (verify or scan), or None if not ours."""
+    run = payload.get("workflow_run") or {}
+    path = str(run.get("path", "")).split("@", 1)[0]
+    kinds = {
+        f".github/workflows/{VERIFY_WORKFLOW}": WorkflowKind.VERIFY,
+        f".github/workflows/{SCAN_WORKFLOW}": WorkflowKind.SCAN,
+    }
+    kind = kinds.get(path)
+    if kind is None or payload.get("action") != "completed":
+        return None
+    if kind is WorkflowKind.VERIFY and not str(run.get("head_branch", "")).startswith(BRANCH_PREFIX):
+        return None
+    return kind, WorkflowRun(int(run["id"]), str(run["status"]), run.get("conclusion"), str(run.get("head_branch", "")))
+
+
+def make_runner(
+    kind: str, forge: Forge, verify: Callable[[VerifyRequest], list[GateResult]], labels=DEFAULT_LABELS
+) -> Runner:
+    """From the repo config's `runner:` value (`.github/liger-bot.yml`)."""
+    if kind == RunnerKind.LOCAL.value:
+        return LocalRunner(verify)
+    if kind == RunnerKind.ACTIONS.value:
+        return ActionsRunner(forge, tuple(labels))
+    raise PipelineError(f"unknown runner {kind!r}", hint="runner: local or runner: actions")

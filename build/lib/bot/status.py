@@ -1,0 +1,124 @@
+"""The one status comment of a job: rendered from the job row alone, edited in place as the job moves.
+
+Its hidden marker lets a restarted worker find the comment it already posted, so a crash between "comment
+created" and "id saved" never leads to a second status comment.
+"""
+
+from __future__ import annotations
+
+import json
+
+from bot.forge.base import Forge
+from bot.forge.base import RepoRef
+from bot.jobs import Job
+from bot.jobs import JobState
+from bot.runtime import marker
+
+STEPS = (
+    (JobState.QUEUED, "queued"),
+    (JobState.UNDERSTANDING, "understanding"),
+    (JobState.AWAITING_APPROVAL, "waiting for approval"),
+    (JobState.ACTING, "acting"),
+    (JobState.VERIFYING, "verifying"),
+    (JobState.PR_OPENED, "PR opened"),
+)
+HEADLINES = {
+    JobState.QUEUED: "queued",
+    JobState.UNDERSTANDING: "understanding the model",
+    JobState.AWAITING_APPROVAL: "waiting for approval",
+    JobState.ACTING: "writing the patch",
+    JobState.VERIFYING: "verifying",
+    JobState.PR_OPENED: "draft PR opened",
+    JobState.DONE: "done",
+    JobState.FAILED: "failed",
+    JobState.CANCELLED: "cancelled",
+}
+
+
+def status_marker(job: Job) -> str:
+    return marker("status", job.id)
+
+
+def _cell(value) -> str:
+    text = value if isinstance(value, str) else json.dumps(value)
+    return text.replace("|", "\\|").replace("\n", " ")[:120]
+
+
+def profile_table(profile: dict, pipeline: str = "autopatch") -> str:
+    """The profile as its pipeline's adapter tabulates it (autopatch: the 12 decisions)."""
+    from bot.adapters import profile_table as table_of
+
+    return table_of(pipeline, profile)
+
+
+def gate_table(gates: list[dict]) -> str:
+    rows = ["| check | status | detail |", "|---|---|---|"]
+    for gate in gates:
+        rows.append(f"| {gate.get('name', '')} | {gate.get('status', '')} | {_cell(gate.get('detail', ''))[:300]} |")
+    return "\n".join(rows)
+
+
+def _progress(job: Job, state: JobState) -> str:
+    """Done steps ticked, the current one bold, a step the job went around (the checkpoint of an autonomous
+    repo) struck through."""
+    order = [s for s, _ in STEPS]
+    reached = order.index(state) if state in order else -1
+    skipped = {JobState.AWAITING_APPROVAL} if (job.result or {}).get("approval") == "skipped" else set()
+    marks = []
+    for index, (step, words) in enumerate(STEPS):
+        if step in skipped and index < reached:
+            marks.append(f"~~{words}~~")
+        elif index < reached:
+            marks.append(f"✓ {words}")
+        else:
+            marks.append(f"**{words}**" if index == reached else words)
+    return " → ".join(marks)
+
+
+def _details(job: Job, state: JobState) -> list[str]:
+    parts: list[str] = []
+    result = job.result or {}
+    if job.profile and state in (JobState.AWAITING_APPROVAL, JobState.ACTING, JobState.VERIFYING, JobState.PR_OPENED):
+        review = job.profile.get("needs_review") or []
+        table = profile_table(job.profile, job.verb)
+        parts.append("<details open><summary>profile</summary>\n\n" + table + "\n\n</details>")
+        if review:
+            parts.append("Needs review: " + ", ".join(f"`{k}`" for k in review))
+    if job.overrides:
+        parts.append("Overrides: " + ", ".join(f"`{o}`" for o in job.overrides))
+    if result.get("gates"):
+        parts.append(gate_table(result["gates"]))
+    if result.get("summary"):
+        parts.append(result["summary"])
+    if state is JobState.PR_OPENED and job.pr_number:
+        parts.append(f"Draft PR #{job.pr_number} ({job.pr_url}) from `{job.branch}`.")
+    if job.message:
+        parts.append(job.message)
+    if job.next_command:
+        parts.append(f"Next: `{job.next_command}`")
+    return parts
+
+
+def render(job: Job) -> str:
+    state = JobState(job.state)
+    title = f"### liger-bot {job.verb}" + (f" `{job.target}`" if job.target else "") + f": {HEADLINES[state]}"
+    lines = [title, "", _progress(job, state) if state in dict(STEPS) else f"**{state.value}**", ""]
+    lines += [part + "\n" for part in _details(job, state)]
+    lines.append(f"<sub>job {job.id} · requested by @{job.requested_by}</sub>")
+    lines.append(status_marker(job))
+    return "\n".join(lines)
+
+
+def publish(forge: Forge, store, job: Job) -> int:
+    """Create or edit the job's one status comment; returns its id (saved on the job)."""
+    repo = RepoRef(*job.repo.split("/", 1))
+    body = render(job)
+    comment_id = job.status_comment_id or forge.find_comment(repo, job.thread, status_marker(job))
+    if comment_id is None:
+        comment_id = forge.create_comment(repo, job.thread, body)
+    else:
+        forge.edit_comment(repo, comment_id, body)
+    if comment_id != job.status_comment_id:
+        store.update(job.id, status_comment_id=comment_id)
+        job.status_comment_id = comment_id
+    return comment_id

@@ -1,0 +1,675 @@
+"""The worker: runs stored deliveries through the handlers and moves jobs stage by stage.
+
+Each stage starts by committing the job's new state and ends by editing its one status comment. A worker holds a
+lease on the job it runs and renews it; a worker that dies stops renewing, and any worker's sweep then resumes
+the job from the stage it was in (understand and act+verify are re-run from the default branch; the push and
+the PR are found again by branch name) or, after `max_resumes`, fails it with a message and the next command.
+
+Every pipeline runs the same flow (`run_change_job`); `bot.adapters.PIPELINES` says how each one understands,
+acts and verifies, and JOB_FLOWS maps each verb that starts work to its flow (with `bot.commands.VERBS`, the
+verb registry). The adapters run understand and act + verify in a child process with an allow-listed environment
+(bot.isolation): those stages run the target repository's code, and this process holds the App's key and tokens.
+With `runner: {kind: actions}` in the repo config, the worker pushes the branch, dispatches the
+verify workflow and parks the job (verifying, its lease held by the workflow); `workflow_run.completed` or,
+failing that, the lease running out brings it back to `resume_verification`, which reads the run's report.
+"""
+
+from __future__ import annotations
+
+import fcntl
+import json
+import logging
+import os
+import shutil
+import socket
+import subprocess
+import threading
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+
+from bot import handlers
+from bot import status
+from bot.adapters import PIPELINES
+from bot.adapters import Adapter
+from bot.adapters import Outcome
+from bot.adapters import Request
+from bot.adapters import no_settings
+from bot.commands import VERBS
+from bot.commands import command_text
+from bot.figures import Figures
+from bot.figures import embed_figures
+from bot.forge.base import Forge
+from bot.forge.base import ForgeError
+from bot.forge.base import RateLimited
+from bot.forge.base import RepoRef
+from bot.forge.base import WorkflowRun
+from bot.jobs import IllegalTransition
+from bot.jobs import Job
+from bot.jobs import JobState
+from bot.runners import VERIFY_WORKFLOW
+from bot.runners import ActionsRunner
+from bot.runners import RunnerKind
+from bot.runners import VerifyReport
+from bot.runners import VerifyRequest
+from bot.runtime import Context
+from bot.runtime import Runtime
+from bot.scan import DASHBOARD_TITLE
+from bot.scan import call_understand
+from bot.scan import render_dashboard
+from bot.scan import scan
+from pipelines.outcome import GateResult
+from pipelines.outcome import PipelineError
+from pipelines.outcome import gates_table
+from pipelines.target import Checkout
+from pipelines.target import open_checkout
+
+log = logging.getLogger(__name__)
+BRANCH_PREFIX = "liger-bot/"
+TRANSIENT_RETRY_DELAY = 30.0
+MAX_TRANSIENT_RETRIES = 5
+# A parked job's lease, held by the GPU workflow: the workflow's own timeout (90 min) plus time queued for a runner.
+ACTIONS_LEASE_SECONDS = 2 * 3600.0
+MAX_WORKFLOW_WAIT_SECONDS = 12 * 3600.0  # past this with no completed run, the job fails with a message
+
+
+class Cancelled(Exception):
+    """The job was cancelled while a stage ran; the stage stops at its next progress report."""
+
+
+# --- the git side: a fresh checkout of a branch, and the push (bot.gitops) ---------------------------------
+
+
+class GitWorkspace:
+    """Checkouts under `root`, one folder per job, made fresh for each stage (a stage never trusts leftovers).
+
+    Each repository has a bare mirror under `root/mirrors`, fetched incrementally; a job's checkout is a local
+    clone of it (hardlinks), so a stage costs a fetch of what changed, not a download of the repository.
+    """
+
+    def __init__(self, root: str | Path):
+        self.root = Path(root)
+
+    def _mirror(self, forge: Forge, repo: RepoRef, branch: str) -> Path:
+        from bot import gitops
+        from pipelines.git import Git
+
+        mirror = self.root / "mirrors" / f"{repo.owner}__{repo.name}.git"
+        mirror.parent.mkdir(parents=True, exist_ok=True)
+        with open(mirror.with_suffix(".lock"), "a") as lock:
+            fcntl.flock(lock, fcntl.LOCK_EX)  # workers on one host share the mirror
+            if not (mirror / "HEAD").exists():
+                mirror.mkdir(exist_ok=True)
+                Git(mirror).run("init", "-q", "--bare")
+            remote = gitops.Remote(mirror, forge.clone_url(repo), forge.push_credentials(repo))
+            remote.git(
+                "fetch", "-q", "--no-tags", "--prune", gitops.REMOTE, f"+refs/heads/{branch}:refs/heads/{branch}"
+            )
+        return mirror
+
+    def checkout(self, forge: Forge, repo: RepoRef, branch: str, name: str) -> Checkout:
+        mirror = self._mirror(forge, repo, branch)
+        dest = self.root / name
+        shutil.rmtree(dest, ignore_errors=True)
+        dest.parent.mkdir(parents=True, exist_ok=True)
+        proc = subprocess.run(
+            ["git", "clone", "-q", "-b", branch, str(mirror), str(dest)], capture_output=True, text=True
+        )
+        if proc.returncode != 0:
+            raise PipelineError(f"could not check out {repo.full_name}@{branch}: {proc.stderr.strip()[-300:]}")
+        return open_checkout(dest)
+
+    def push(self, forge: Forge, repo: RepoRef, checkout: Checkout, branch: str, last_pushed: str | None):
+        from bot import gitops
+
+        return gitops.push_branch(
+            checkout.root, branch, forge.clone_url(repo), forge.push_credentials(repo), last_pushed
+        )
+
+    def discard(self, name: str) -> None:
+        shutil.rmtree(self.root / name, ignore_errors=True)
+
+    def out_dir(self, job_id: int) -> Path:
+        """Where a pipeline writes beside the checkout (reports, benchmark tables): never inside the target."""
+        return self.root / f"job-{job_id}.out"
+
+    def discard_job(self, job_id: int) -> None:
+        for name in (f"job-{job_id}", f"job-{job_id}.out", f"job-{job_id}.liger-bot"):
+            self.discard(name)
+
+
+# --- job flows ---------------------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class JobFlow:
+    validate_settings: Callable[[str | None, list[str]], None]  # raises PipelineError with the reply
+    run: Callable[[Worker, Job], None]  # advance the job from whatever state it is in
+
+
+def _scan_understand(model: str, checkout: Checkout):
+    from pipelines.autopatch import understand
+
+    return call_understand(understand.understand, model, checkout)
+
+
+def _field(result, name: str, default=None):
+    if isinstance(result, dict):
+        return result.get(name, default)
+    return getattr(result, name, default)
+
+
+def _gate_json(gate) -> dict:
+    if isinstance(gate, GateResult):
+        return gate.to_record()
+    if isinstance(gate, dict):
+        return {"hard": True, **gate}
+    return {
+        "name": str(_field(gate, "name")),
+        "status": str(_field(gate, "status")),
+        "detail": str(_field(gate, "detail", "")),
+    }
+
+
+def _hard_failures(gates: list[dict]) -> list[dict]:
+    return [g for g in gates if str(g.get("status")).upper().endswith("FAIL") and g.get("hard", True)]
+
+
+class Progress:
+    """The callback a pipeline reports through: text lines, or GateResults as verify produces them."""
+
+    def __init__(self, worker: Worker, job_id: int):
+        self.worker, self.job_id = worker, job_id
+        self.gates: list[dict] = []
+        self.lines: list[str] = []
+        self._published = 0.0
+
+    def __call__(self, event) -> None:
+        job = self.worker.store.get(self.job_id)
+        if job.job_state is JobState.CANCELLED:
+            raise Cancelled()
+        if isinstance(event, str):
+            self.lines.append(event)
+            if event.lower().startswith("verif"):
+                self.worker.enter(job, JobState.VERIFYING)
+        else:
+            self.gates.append(_gate_json(event))
+            job = self.worker.enter(job, JobState.VERIFYING)
+            self.worker.store.update(job.id, result={**(job.result or {}), "gates": self.gates})
+        self.worker.heartbeat(self.job_id)
+        if time.time() - self._published > 2.0:  # GitHub asks for no more than about one edit a second
+            self._published = time.time()
+            self.worker.publish(self.worker.store.get(self.job_id))
+
+
+def waiting_for_workflow(job: Job) -> bool:
+    """Parked: its branch is pushed and a verify workflow was dispatched; the run's report decides."""
+    return job.job_state is JobState.VERIFYING and "dispatched" in (job.result or {})
+
+
+def run_change_job(worker: Worker, job: Job) -> None:
+    """understand -> [checkpoint] -> act + verify -> push -> PR, for every pipeline of bot.adapters."""
+    if job.job_state is JobState.QUEUED:
+        job = worker.enter(job, JobState.UNDERSTANDING)
+    if job.job_state is JobState.UNDERSTANDING:
+        job = worker.understand_stage(job)
+    if waiting_for_workflow(job):
+        return worker.resume_verification(job)
+    if job.job_state in (JobState.ACTING, JobState.VERIFYING):
+        worker.act_verify_publish(job)
+
+
+def run_scan_job(worker: Worker, job: Job) -> None:
+    if job.job_state is JobState.QUEUED:
+        job = worker.enter(job, JobState.ACTING)
+    if job.job_state is JobState.ACTING:
+        worker.scan_stage(job)
+
+
+JOB_FLOWS: dict[str, JobFlow] = {
+    **{name: JobFlow(adapter.validate_settings, run_change_job) for name, adapter in PIPELINES.items()},
+    "scan": JobFlow(no_settings, run_scan_job),
+}
+
+
+def flow_for(verb: str) -> JobFlow:
+    try:
+        return JOB_FLOWS[verb]
+    except KeyError:
+        raise PipelineError(f"no pipeline runs `{verb}` yet") from None
+
+
+# --- the worker --------------------------------------------------------------------------------------------
+
+
+class Worker:
+    def __init__(self, runtime: Runtime, name: str | None = None):
+        self.runtime = runtime
+        self.store = runtime.store
+        self.config = runtime.config
+        self.name = name or f"{socket.gethostname()}:{os.getpid()}:{threading.get_ident()}"
+        self.workspace = runtime.workspace or GitWorkspace(self.config.work_dir)
+        self.pipelines: dict[str, Adapter] = dict(PIPELINES)  # tests swap a row for a small real pipeline
+        self.scan_understand: Callable | None = None  # None: the real understand, for every model
+
+    # deliveries ------------------------------------------------------------------------------------------
+
+    def handle_delivery(self, delivery_id: str) -> None:
+        delivery = self.store.delivery(delivery_id)
+        if delivery is None or delivery.handled:
+            return
+        ctx = Context(delivery.event, delivery.action, json.loads(delivery.payload), delivery_id, self.runtime)
+        try:
+            handlers.dispatch(ctx)
+        except ForgeError as exc:
+            if _transient(exc):  # GitHub was unavailable: keep it unhandled, the sweep queues it again
+                log.warning("delivery %s: %s; will retry", delivery_id, exc)
+                return
+            log.error("delivery %s: %s", delivery_id, exc)
+            self.store.mark_delivery(delivery_id, error=str(exc))
+            return
+        except Exception as exc:
+            log.exception("delivery %s failed", delivery_id)
+            self.store.mark_delivery(delivery_id, error=f"{exc.__class__.__name__}: {exc}")
+            return
+        self.store.mark_delivery(delivery_id)
+
+    # jobs -------------------------------------------------------------------------------------------------
+
+    def forge(self, job: Job) -> Forge:
+        return self.runtime.forge(job.installation_id)
+
+    def repo(self, job: Job) -> RepoRef:
+        return RepoRef(*job.repo.split("/", 1))
+
+    def publish(self, job: Job) -> None:
+        status.publish(self.forge(job), self.store, job)
+
+    def heartbeat(self, job_id: int) -> None:
+        self.store.heartbeat(job_id, self.name, self.config.lease_seconds)
+
+    def enter(self, job: Job, state: JobState, **fields) -> Job:
+        """Commit the move to `state` (a cancelled job stops here), then show it."""
+        if job.job_state is state:
+            return job
+        try:
+            job = self.store.transition(job.id, state, **fields)
+        except IllegalTransition:
+            current = self.store.get(job.id)
+            if current.job_state is JobState.CANCELLED:
+                raise Cancelled() from None
+            raise
+        self.publish(job)
+        return job
+
+    def fail(self, job: Job, message: str, next_command: str) -> None:
+        try:
+            job = self.store.transition(job.id, JobState.FAILED, message=message, next_command=next_command)
+        except IllegalTransition:
+            return
+        self.publish(job)
+
+    def advance(self, job_id: int) -> None:
+        job = self.store.get(job_id)
+        if job is None or job.job_state.terminal or job.job_state is JobState.AWAITING_APPROVAL:
+            return
+        if not self.store.claim(job_id, self.name, self.config.lease_seconds):
+            return  # a live worker holds it
+        beat = _Heartbeat(self, job_id)
+        try:
+            flow_for(job.verb).run(self, self.store.get(job_id))
+        except Cancelled:
+            pass
+        except RateLimited as exc:
+            self._defer(job_id, f"GitHub rate limit: {exc}", max(1.0, exc.retry_at - time.time()))
+        except ForgeError as exc:
+            if _transient(exc):
+                self._defer(job_id, f"GitHub did not answer ({exc})", TRANSIENT_RETRY_DELAY)
+            else:
+                self.fail(self.store.get(job_id), f"GitHub refused a call: {exc}", "/liger retry")
+        except PipelineError as exc:
+            self.fail(self.store.get(job_id), str(exc), _retry_command(self.store.get(job_id)))
+        except Exception as exc:
+            log.exception("job %s failed", job_id)
+            message = f"unexpected error: {exc.__class__.__name__}: {exc}"[:1000]
+            self.fail(self.store.get(job_id), message, "/liger retry")
+        finally:
+            beat.stop()
+            self.store.release(job_id, self.name)
+
+    def _defer(self, job_id: int, why: str, delay: float) -> None:
+        job = self.store.get(job_id)
+        retries = (job.result or {}).get("transient_retries", 0) + 1
+        if retries > MAX_TRANSIENT_RETRIES:
+            return self.fail(job, f"{why}; gave up after {MAX_TRANSIENT_RETRIES} tries", "/liger retry")
+        self.store.update(
+            job_id,
+            result={**(job.result or {}), "transient_retries": retries},
+            message=f"{why}; trying again in {delay:.0f}s",
+        )
+        self.runtime.queue.enqueue_job(job_id, delay=delay)
+
+    # stages -----------------------------------------------------------------------------------------------
+
+    def fresh_checkout(self, job: Job) -> tuple[Checkout, str]:
+        forge, repo = self.forge(job), self.repo(job)
+        base = forge.default_branch(repo)
+        return self.workspace.checkout(forge, repo, base, f"job-{job.id}"), base
+
+    def adapter(self, job: Job) -> Adapter:
+        try:
+            return self.pipelines[job.verb]
+        except KeyError:
+            raise PipelineError(f"no pipeline runs `{job.verb}` yet") from None
+
+    def request(self, job: Job, checkout: Checkout, approved: bool = False) -> Request:
+        """`approved`: act on the profile kept on the job (shown at the checkpoint), not a new understand."""
+        options = dict(job.options or {})
+        profile = job.profile if approved else None
+        return Request(checkout, job.target, tuple(job.overrides), options, self.workspace.out_dir(job.id), profile)
+
+    def understand_stage(self, job: Job) -> Job:
+        checkout, _ = self.fresh_checkout(job)
+        understood = self.adapter(job).understand(self.request(job, checkout))
+        self.heartbeat(job.id)
+        fields = {"profile": understood.profile, "branch": understood.branch}
+        if not understood.branch:  # nothing to propose (a fuse with every chain matched): say so and stop
+            result = {**(job.result or {}), "summary": understood.summary}
+            job = self.enter(job, JobState.DONE, message="", next_command="", result=result, **fields)
+            self.workspace.discard_job(job.id)
+            return job
+        config = self.runtime.repo_config(self.repo(job), job.installation_id)
+        review = list(understood.needs_review)
+        if review or (job.checkpoint and not config.autonomous):
+            why = f"needs review: {', '.join(review)}. " if review else ""
+            correct = "correct a decision with `/liger set field=value`, " if VERBS[job.verb].takes_settings else ""
+            return self.enter(
+                job,
+                JobState.AWAITING_APPROVAL,
+                message=why + f"Check the profile, {correct}then approve.",
+                next_command="/liger approve",
+                **fields,
+            )
+        result = {**(job.result or {}), "approval": "skipped"}
+        return self.enter(job, JobState.ACTING, message="", next_command="", result=result, **fields)
+
+    def act_verify_publish(self, job: Job) -> None:
+        if job.job_state is JobState.ACTING:
+            self.publish(job)
+        checkout, base = self.fresh_checkout(job)
+        progress = Progress(self, job.id)
+        outcome = self.adapter(job).act_verify(self.request(job, checkout, approved=True), progress)
+        gates = [_gate_json(g) for g in outcome.gates] or progress.gates
+        job = self.enter(self.store.get(job.id), JobState.VERIFYING)
+        result = {k: v for k, v in (job.result or {}).items() if k not in ("dispatched", "workflow_run")}
+        result |= {"gates": gates, "files": list(outcome.files)}
+        job = self.store.update(
+            job.id, result=result, branch=outcome.branch or job.branch, profile=outcome.profile or job.profile
+        )
+        failures = _hard_failures(gates)
+        if failures or not outcome.ok:
+            names = ", ".join(g["name"] for g in failures) or "a hard gate"
+            return self.fail(job, f"verify failed: {names}. Nothing was pushed.", _retry_command(job))
+        job = self._push(job, checkout)
+        if job is None:
+            return
+        config = self.runtime.repo_config(self.repo(job), job.installation_id)
+        if config.runner == RunnerKind.ACTIONS.value and outcome.verify_target:
+            return self._dispatch(job, config.runner_labels, outcome)
+        figures = Figures.from_dir(self.workspace.out_dir(job.id))  # the plot, where this host ran the benchmark
+        body = embed_figures(self.forge(job), self.repo(job), outcome.pr_body, figures)
+        self._open_pr(job, base, outcome.pr_title, body)
+
+    def _push(self, job: Job, checkout: Checkout) -> Job | None:
+        from bot import gitops
+
+        forge, repo = self.forge(job), self.repo(job)
+        pushed = self.workspace.push(forge, repo, checkout, job.branch, job.pushed_sha or None)
+        if pushed.outcome is gitops.PushOutcome.HUMAN_PUSHED:
+            self.fail(job, pushed.message, f"git push origin --delete {job.branch}  # then: /liger retry")
+            return None
+        return self.store.update(job.id, pushed_sha=pushed.head)
+
+    def _open_pr(self, job: Job, base: str, title: str, body: str) -> None:
+        forge, repo = self.forge(job), self.repo(job)
+        title = title or f"[liger-bot] {job.verb}: {job.target}"
+        pr = forge.ensure_pull_request(repo, job.branch, base, title, self._pr_body(job, body))
+        opened_at = job.pr_opened_at or time.time()
+        job = self.enter(
+            job,
+            JobState.PR_OPENED,
+            pr_number=pr.number,
+            pr_url=pr.url,
+            pr_opened_at=opened_at,
+            message="",
+            next_command="",
+        )
+        self.workspace.discard_job(job.id)
+
+    def _pr_body(self, job: Job, body: str) -> str:
+        from bot.adapters import profile_table
+
+        gates = (job.result or {}).get("gates") or []
+        parts = [body or f"Generated by liger-bot for `{job.target}`."]
+        if gates and "| check |" not in body.lower():
+            parts.append(status.gate_table(gates))
+        table = profile_table(job.verb, job.profile) if job.profile else ""
+        if table and f"| {table.split('|')[1].strip().lower()} |" not in body.lower():  # the body has none yet
+            parts.append(table)
+        parts.append(
+            f"Requested by @{job.requested_by} in #{job.thread} (job {job.id}). "
+            "Review it here: `/liger set field=value` re-runs act and verify on this branch."
+        )
+        parts.append(f"<!-- liger-bot:pr:{job.id} -->")
+        return "\n\n".join(parts)
+
+    # the actions runner: push, dispatch, park; resume from the run's report ----------------------------------
+
+    def _park(self, job: Job, result: dict, message: str) -> Job:
+        """Hand the job's lease to the GPU workflow: no sweep touches it until the lease runs out."""
+        return self.store.update(
+            job.id,
+            result=result,
+            worker=f"actions:{job.id}",
+            lease_until=time.time() + ACTIONS_LEASE_SECONDS,
+            message=message,
+            next_command="/liger status",
+        )
+
+    def _dispatch(self, job: Job, labels: tuple[str, ...], outcome: Outcome) -> None:
+        runner = ActionsRunner(self.forge(job), tuple(labels))
+        request = VerifyRequest(
+            self.repo(job), job.branch, job.verb, outcome.verify_target, str(job.id), tuple(job.overrides)
+        )
+        shown = ", ".join(labels)
+        dispatched = {"workflow": runner.workflow, "branch": job.branch, "labels": list(labels), "at": time.time()}
+        result = {
+            **(job.result or {}),
+            "dispatched": dispatched,
+            "pr": {"title": outcome.pr_title, "body": outcome.pr_body},
+        }
+        before = job
+        job = self._park(
+            job, result, f"verifying on GPU runners ({shown}): waiting for `{runner.workflow}` on `{job.branch}`"
+        )
+        try:  # parked first, so a run that finishes at once finds the job waiting for it
+            runner.start(request)
+        except BaseException:
+            self.store.update(
+                job.id, result=before.result, worker=self.name, lease_until=before.lease_until, message=""
+            )
+            raise
+        self.workspace.discard_job(job.id)
+        self.publish(job)
+
+    def resume_verification(self, job: Job) -> None:
+        """The parked job's verdict: the report of its completed run, merged over the gates the worker ran."""
+        forge, repo = self.forge(job), self.repo(job)
+        result = dict(job.result or {})
+        finished = result.get("workflow_run")
+        if finished is None:  # the lease ran out with no webhook: ask GitHub about the run
+            run = forge.latest_workflow_run(repo, VERIFY_WORKFLOW, job.branch)
+            if run is None or run.status != "completed":
+                return self._still_waiting(job, result, run)
+        else:
+            run = WorkflowRun(int(finished["id"]), "completed", finished.get("conclusion"), job.branch)
+        report = ActionsRunner(forge).resume(repo, run, str(job.id))
+        if report.job_id != str(job.id):  # an earlier job's run on this branch: keep waiting for ours
+            result.pop("workflow_run", None)
+            self._park(job, result, f"ignored workflow run {run.id} (it verified job {report.job_id}); still waiting")
+            return
+        local = result.get("gates") or []
+        merged = _merge_gates(local, [g.to_record() for g in report.gates])
+        result |= {"gates": merged, "workflow_run": {"id": run.id, "conclusion": run.conclusion}}
+        job = self.store.update(job.id, result=result)
+        failures = _hard_failures(merged)
+        if failures:
+            why = "; ".join(_failure_line(g) for g in failures)
+            message = (
+                f"verify on GPU runners failed: {why} (workflow run {run.id}). "
+                f"`{job.branch}` holds the patch; no PR was opened."
+            )
+            return self.fail(job, message, _retry_command(job))
+        pr = result.get("pr") or {}
+        body = embed_figures(forge, repo, _with_gate_table(pr.get("body") or "", local, merged), report.figures)
+        self._open_pr(job, forge.default_branch(repo), pr.get("title") or "", body)
+
+    def _still_waiting(self, job: Job, result: dict, run: WorkflowRun | None) -> None:
+        waited = time.time() - float((result.get("dispatched") or {}).get("at", job.updated_at))
+        if waited > MAX_WORKFLOW_WAIT_SECONDS:
+            seen = f"its run {run.id} is still {run.status}" if run else "no run of it started"
+            labels = ", ".join((result.get("dispatched") or {}).get("labels") or [])
+            message = (
+                f"`{VERIFY_WORKFLOW}` did not report back in {waited / 3600:.0f} h ({seen}); "
+                f"is a runner with the labels {labels} online?"
+            )
+            return self.fail(job, message, "/liger retry")
+        seen = f"run {run.id} is {run.status}" if run else "no run has started yet"
+        self._park(job, result, f"still waiting for `{VERIFY_WORKFLOW}` on `{job.branch}` ({seen})")
+        self.publish(self.store.get(job.id))
+
+    def scan_stage(self, job: Job) -> None:
+        forge, repo = self.forge(job), self.repo(job)
+        checkout, _ = self.fresh_checkout(job)
+        understand = self.scan_understand or _scan_understand
+        rows = scan(checkout, understand, progress=lambda _line: self.heartbeat(job.id))
+        config = self.runtime.repo_config(repo, job.installation_id)
+        number = forge.find_issue(repo, DASHBOARD_TITLE)
+        started = self._dashboard_notes(job.repo)
+        body = render_dashboard(rows, started, (config.prs_per_hour, config.max_open_prs))
+        if number is None:
+            number = forge.create_issue(repo, DASHBOARD_TITLE, body)
+        else:
+            forge.edit_issue(repo, number, body)
+        summary = f"Dashboard: #{number} ({sum(1 for r in rows if r.verdict.value == 'patchable')} patchable)."
+        result = {"rows": [r.to_json() for r in rows], "dashboard": number, "summary": summary}
+        self.enter(job, JobState.DONE, result=result)
+        self.workspace.discard_job(job.id)
+
+    def _dashboard_notes(self, repo: str) -> dict[str, str]:
+        notes: dict[str, str] = {}
+        for job in self.store.jobs(repo):
+            if job.scope and job.verb == "autopatch" and job.job_state is not JobState.CANCELLED:
+                notes[job.scope] = f"PR #{job.pr_number}" if job.pr_number else f"job {job.id}, {job.state}"
+        return notes
+
+    # recovery ---------------------------------------------------------------------------------------------
+
+    def sweep(self) -> list[int]:
+        """Resume (or fail) jobs a dead worker left, and queue deliveries whose task was lost. Returns job ids."""
+        resumed = []
+        for job in self.store.recoverable(queued_grace=self.config.lease_seconds):
+            if not self.store.take_for_recovery(job.id, job.attempts):
+                continue  # another worker's sweep got there first
+            if job.job_state is JobState.QUEUED and not job.worker:
+                self.runtime.queue.enqueue_job(job.id)
+                continue
+            job = self.store.get(job.id)
+            if waiting_for_workflow(job):  # the workflow's lease ran out: look the run up instead of re-running
+                self.publish(self.store.update(job.id, message="no word from the verify workflow yet; asking GitHub"))
+                self.runtime.queue.enqueue_job(job.id)
+                resumed.append(job.id)
+                continue
+            if job.attempts > self.config.max_resumes:
+                self.fail(
+                    job,
+                    f"the worker stopped {job.attempts} times while {job.state}; nothing was pushed",
+                    "/liger retry",
+                )
+                continue
+            job = self.store.update(job.id, message=f"resuming: a worker stopped while the job was {job.state}")
+            self.publish(job)
+            self.runtime.queue.enqueue_job(job.id)
+            resumed.append(job.id)
+        for delivery_id in self.store.unhandled_deliveries(older_than=time.time() - self.config.lease_seconds):
+            self.runtime.queue.enqueue_delivery(delivery_id)
+        return resumed
+
+    def run(self, threads: int = 1) -> None:
+        """Serve the queue until interrupted (SIGINT/SIGTERM), sweeping for lost work every lease/2 seconds."""
+        self.runtime.queue.bind(self.handle_delivery, self.advance)
+        self.sweep()
+        stop = threading.Event()
+        sweeper = threading.Thread(target=self._sweep_forever, args=(stop,), daemon=True)
+        sweeper.start()
+        try:
+            self.runtime.queue.consumer(workers=threads).run()
+        finally:
+            stop.set()
+
+    def _sweep_forever(self, stop: threading.Event) -> None:
+        while not stop.wait(max(1.0, self.config.lease_seconds / 2)):
+            try:
+                self.sweep()
+            except Exception:
+                log.exception("sweep failed")
+
+
+class _Heartbeat:
+    """Renews the job's lease while a stage runs (a stage may sit in a long subprocess)."""
+
+    def __init__(self, worker: Worker, job_id: int):
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._beat, args=(worker, job_id), daemon=True)
+        self._thread.start()
+
+    def _beat(self, worker: Worker, job_id: int) -> None:
+        while not self._stop.wait(max(0.2, worker.config.lease_seconds / 3)):
+            worker.heartbeat(job_id)
+
+    def stop(self) -> None:
+        self._stop.set()
+
+
+def _transient(error: ForgeError) -> bool:
+    """Worth trying again later: rate limits, GitHub's 5xx, connection failures (no status)."""
+    return isinstance(error, RateLimited) or error.status is None or error.status in (403, 429) or error.status >= 500
+
+
+def _retry_command(job: Job) -> str:
+    return command_text(job.verb, job.target or None, job.overrides, job.options or {})
+
+
+def _failure_line(gate: dict) -> str:
+    detail = (str(gate.get("detail") or "").strip().splitlines() or [""])[0][:200]
+    return f"{gate['name']}: {detail}" if detail else gate["name"]
+
+
+def _merge_gates(local: list[dict], remote: list[dict]) -> list[dict]:
+    """The runner's verdict wins gate by gate (a GPU PASS replaces the worker's SKIP); its other gates follow."""
+    merged = {gate["name"]: gate for gate in local}
+    merged.update((gate["name"], gate) for gate in remote)
+    return list(merged.values())
+
+
+def _gate_results(gates: list[dict]) -> list[GateResult]:
+    return list(VerifyReport.from_json({"job_id": "", "gates": gates}).gates)
+
+
+def _with_gate_table(body: str, before: list[dict], after: list[dict]) -> str:
+    """The PR body the pipeline wrote, its verify table brought up to the merged verdict."""
+    old = gates_table(_gate_results(before)) if before else ""
+    if old and old in body:
+        return body.replace(old, gates_table(_gate_results(after)))
+    return body

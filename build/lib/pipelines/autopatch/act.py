@@ -1,0 +1,822 @@
+"""act: from a Profile, the Changeset of the files LinkedIn's liger-autopatch skill lists (text models: 12 of 13).
+
+`plan` turns the profile's decisions into what gets patched (and refuses what cannot be generated safely);
+`build_changeset` renders the templates and splices them into the target's files (see `edits.py`); `act` writes
+the changeset and runs the target's own `ruff check --fix` and `ruff format` on the touched files.
+
+Decisions marked `needs review`: where a conservative choice exists (RoPE, the norm, the MLP) that kernel is not
+patched and the reason goes into the PR body; where the decision shapes the generated forward itself (structure,
+vision, hidden-state access, output class, softcapping) act refuses and names the `--set field=value` to settle it.
+"""
+
+from __future__ import annotations
+
+import ast
+import importlib.util
+import re
+from dataclasses import dataclass
+from dataclasses import field
+from pathlib import Path
+
+from pipelines import render
+from pipelines.autopatch import edits
+from pipelines.autopatch.profile import Profile
+from pipelines.autopatch.profile import Status
+from pipelines.changeset import Changeset
+from pipelines.changeset import FileChange
+from pipelines.changeset import edit_file
+from pipelines.changeset import format_with_target_style
+from pipelines.outcome import PipelineError
+from pipelines.target import Checkout
+
+MODEL_TYPE_RE = re.compile(r"^[a-z][a-z0-9_]{0,63}$")
+ROOT_EXPORTS = Path("src/liger_kernel/transformers/__init__.py")
+MONKEY_PATCH = Path("src/liger_kernel/transformers/monkey_patch.py")
+INSTANCE_TEST = Path("test/transformers/test_monkey_patch.py")
+TEST_UTILS = Path("test/utils.py")
+README = Path("README.md")
+CONVERGENCE_FILES = (
+    Path("test/convergence/bf16/test_mini_models.py"),
+    Path("test/convergence/bf16/test_mini_models_with_logits.py"),
+    Path("test/convergence/fp32/test_mini_models.py"),
+    Path("test/convergence/fp32/test_mini_models_with_logits.py"),
+)
+# Decisions the generated forward depends on: there is no conservative default, so `needs review` refuses.
+FORWARD_DECISIONS = ("structure", "has_vision", "hidden_state_access", "output_class", "logit_softcapping")
+STANDARD_OUTPUTS = ("LigerCausalLMOutputWithPast", "LigerMoeCausalLMOutputWithPast")
+# (learning rate, loss atol, loss rtol, logprobs atol, logprobs rtol, param atol, param rtol): taken, file by file,
+# from the target's own enabled entry for a model of the same family (REFERENCE_CASES); these are the fallback when
+# a file has none. MoE needs qwen3_moe's lr 1e-5: with 1e-4 (Liger's commented-out mixtral entry) olmoe and qwen2_moe
+# failed 6 of 7 cases on an H200.
+REFERENCE_CASES = {"dense": "mini_mistral", "moe": "mini_qwen3_moe"}
+TOLERANCES = {
+    ("dense", "bfloat16"): ("1e-5", "1e-2", "5e-2", "1e-1", "1e-2", "1e-2", "1e-2"),
+    ("dense", "float32"): ("1e-4", "1e-8", "1e-5", "5e-3", "1e-5", "5e-3", "1e-5"),
+    ("moe", "bfloat16"): ("1e-5", "5e-2", "2e-1", "1e-1", "1e-1", "1e-2", "1e-2"),
+    ("moe", "float32"): ("1e-5", "1e-5", "1e-3", "5e-3", "1e-2", "5e-3", "1e-5"),
+}
+# Liger's mini models train on test/resources/tiny_shakespeare_tokenized, tokenized with the Mistral-7B tokenizer:
+# token ids go up to 31999, so the vocabulary must hold 32000 (the skill's 1024 indexes out of range).
+CONVERGENCE_VOCAB_SIZE = 32000
+PARAM_ANNOTATIONS = {
+    "input_ids": "Optional[torch.LongTensor] = None",
+    "attention_mask": "Optional[torch.Tensor] = None",
+    "position_ids": "Optional[torch.LongTensor] = None",
+    "inputs_embeds": "Optional[torch.FloatTensor] = None",
+    "labels": "Optional[torch.LongTensor] = None",
+    "use_cache": "Optional[bool] = None",
+    "output_attentions": "Optional[bool] = None",
+    "output_hidden_states": "Optional[bool] = None",
+    "output_router_logits": "Optional[bool] = None",
+    "cache_position": "Optional[torch.LongTensor] = None",
+    "cache": "Optional[Cache] = None",
+    "past_key_values": "Optional[Cache] = None",
+    "logits_to_keep": "Union[int, torch.Tensor] = 0",
+}
+NOT_FORWARDED = ("labels", "logits_to_keep")  # consumed by the forward itself, not passed to the base model
+OWN_PARAMS = ("return_dict", "skip_logits")  # the generated forward declares these itself
+
+
+@dataclass(frozen=True)
+class Norm:
+    kind: str  # "rms_norm" or "layer_norm"
+    hf_class: str
+    class_value: str  # what the modeling module's norm class is replaced with
+    patch_partial: str | None  # a partial of Liger's instance patcher when the semantics differ from its defaults
+    final: str | None
+    decoder: tuple[str, ...]
+    attn: tuple[str, ...]
+    optional: tuple[str, ...] = ()  # "attr" / "self_attn" / "self_attn.attr" that not every instance has
+    attn_attr: str = "self_attn"
+
+    def targets(self, layer: str) -> list[dict]:
+        """Per norm on a decoder layer: its owner, attribute, whether an instance may lack it, and how to read it.
+
+        Hybrid models build the attention only on some layers (Qwen3-Next: `self_attn` or `linear_attn`), so
+        its norms are then read through `getattr(..., None)`.
+        """
+        found = [_target(layer, a, a in self.optional) for a in self.decoder]
+        attn_optional = self.attn_attr in self.optional
+        owner = f'getattr({layer}, "{self.attn_attr}", None)' if attn_optional else f"{layer}.{self.attn_attr}"
+        found += [_target(owner, a, attn_optional or f"{self.attn_attr}.{a}" in self.optional) for a in self.attn]
+        return found
+
+    @property
+    def param(self) -> str:
+        return self.kind
+
+    @property
+    def label(self) -> str:
+        return "RMSNorm" if self.kind == "rms_norm" else "LayerNorm"
+
+    @property
+    def liger_class(self) -> str:
+        return "LigerRMSNorm" if self.kind == "rms_norm" else "LigerLayerNorm"
+
+    @property
+    def class_level(self) -> bool:
+        """A class the modeling module defines can be swapped there; `nn.LayerNorm` is torch's own: swapping
+        `modeling_x.nn.LayerNorm` would replace it in every module of the process."""
+        return "." not in self.hf_class
+
+    @property
+    def patch_fn(self) -> str:
+        if self.patch_partial:
+            return f"_patch_{self.kind}_module_for_model"
+        return f"_patch_{self.kind}_module"
+
+
+def _target(owner: str, attr: str, optional: bool) -> dict:
+    plain = owner.isidentifier() or owner.replace(".", "").isidentifier()
+    return {
+        "owner": owner,
+        "attr": attr,
+        "optional": optional,
+        "expr": f"{owner}.{attr}" if plain else f'getattr({owner}, "{attr}")',
+    }
+
+
+@dataclass(frozen=True)
+class Mlp:
+    param: str  # swiglu | geglu | relu_squared
+    label: str
+    class_statement: str
+    instance_statement: str
+    before_check: str  # instance test: the layer is not patched yet
+    after_check: str
+    test_import: str | None = None
+    extra_checks: tuple[tuple[str, str], ...] = ()  # (before, after) pairs beyond the first
+
+
+@dataclass(frozen=True)
+class Plan:
+    """Everything the templates need, derived once from the profile."""
+
+    profile: Profile
+    rope: bool
+    norm: Norm | None
+    mlp: Mlp | None
+    moe: bool
+    notes: tuple[str, ...] = field(default=())
+
+    @property
+    def model_type(self) -> str:
+        return self.profile.model_type
+
+    @property
+    def modeling_package(self) -> str:
+        return self.profile.identity.modeling_module.rsplit(".", 1)[0]
+
+    @property
+    def modeling_name(self) -> str:
+        return self.profile.identity.modeling_module.rsplit(".", 1)[1]
+
+    @property
+    def config_module(self) -> str:
+        return f"{self.modeling_package}.{self.modeling_name.replace('modeling_', 'configuration_', 1)}"
+
+    @property
+    def available_flag(self) -> str:
+        return f"{self.model_type.upper()}_AVAILABLE"
+
+    @property
+    def operations(self) -> str:
+        ops = ["RoPE"] if self.rope else []
+        ops += [self.norm.label] if self.norm else []
+        ops += [self.mlp.label] if self.mlp else []
+        return ", ".join(ops + ["CrossEntropyLoss", "FusedLinearCrossEntropy"])
+
+    @property
+    def apply_params(self) -> list[str]:
+        params = ["rope"] if self.rope else []
+        params += ["cross_entropy", "fused_linear_cross_entropy"]
+        params += [self.norm.param] if self.norm else []
+        params += [self.mlp.param] if self.mlp else []
+        return params
+
+    def context(self) -> dict:
+        ident = self.profile.identity
+        return {
+            "model_type": self.model_type,
+            "display_name": ident.display_name,
+            "causal_lm_class": ident.causal_lm_class,
+            "base_model_class": ident.base_model_class,
+            "base_model_attr": ident.base_model_attr,
+            "config_class": ident.config_class,
+            "modeling_module": ident.modeling_module,
+            "modeling_file": ident.modeling_file,
+            "modeling_package": self.modeling_package,
+            "modeling_name": self.modeling_name,
+            "config_module": self.config_module,
+            "layers_attr": ident.layers_attr,
+            "rotary_fn": ident.rotary_fn or "apply_rotary_pos_emb",
+            "available_flag": self.available_flag,
+            "rope": self.rope,
+            "norm": self.norm,
+            "mlp": self.mlp,
+            "moe": self.moe,
+            "notes": list(self.notes),
+            # the convergence tests pass rope/rms_norm/swiglu to every model: absorb the ones this model lacks
+            "absorbs_kwargs": not {"rope", "rms_norm", "swiglu"} <= set(self.apply_params),
+        }
+
+
+def validate_model_type(model_type: str) -> str:
+    if not MODEL_TYPE_RE.match(model_type):
+        raise PipelineError(f"{model_type!r} is not a model_type (lowercase letters, digits, _)")
+    return model_type
+
+
+def _refuse_failed_checks(profile: Profile) -> None:
+    for key in profile.failed_checks():
+        check = profile.checks[key]
+        where = ", ".join(f"{e.file}:{e.lines[0]} `{e.snippet.strip()}`" for e in check.evidence)
+        raise PipelineError(
+            f"{profile.model_type}: {check.reason} ({where}); the generated lce_forward computes the loss from "
+            "lm_head's output directly and would drop it",
+            hint="this model needs a hand-written lce_forward that applies the same transform",
+        )
+
+
+def _refuse_unsettled(profile: Profile) -> None:
+    _refuse_failed_checks(profile)
+    for key in FORWARD_DECISIONS:
+        decision = profile.decisions.get(key)
+        if decision is None or decision.status is Status.NEEDS_REVIEW:
+            why = decision.reason if decision else "it is missing from the profile"
+            raise PipelineError(
+                f"{profile.model_type}: decision {key!r} needs review ({why}); the generated forward depends on it",
+                hint=f"settle it with --set {key}=VALUE after reading the evidence",
+            )
+    if profile.value("has_vision"):
+        raise PipelineError(
+            f"{profile.model_type} has a vision encoder; autopatch generates text models only",
+            hint="patch the text model's model_type, or write the VL patch by hand",
+        )
+    if profile.value("output_class") not in STANDARD_OUTPUTS:
+        raise PipelineError(
+            f"{profile.model_type}: output class {profile.value('output_class')!r} needs a new output_classes.py entry",
+            hint=f"--set output_class={STANDARD_OUTPUTS[0]} if the model returns no extra fields",
+        )
+
+
+def _settled(profile: Profile, *keys: str) -> str | None:
+    """The first of `keys` that is missing or needs review, or None when all are settled."""
+    for key in keys:
+        decision = profile.decisions.get(key)
+        if decision is None or decision.status is Status.NEEDS_REVIEW:
+            return key
+    return None
+
+
+def _plan_rope(profile: Profile, notes: list[str]) -> bool:
+    unsettled = _settled(profile, "rope")
+    if unsettled:
+        notes.append("RoPE is not patched: decision `rope` needs review (`--set rope=standard` enables it).")
+        return False
+    if profile.value("rope") != "standard":
+        notes.append(f"RoPE is not patched: the model's rotary embedding is {profile.value('rope')!r}, not standard.")
+        return False
+    return True
+
+
+def _plan_norm(profile: Profile, notes: list[str]) -> Norm | None:
+    ident = profile.identity
+    unsettled = _settled(profile, "norm_type", "norm_attrs")
+    if unsettled:
+        notes.append(f"Norms are not patched: decision `{unsettled}` needs review.")
+        return None
+    norm_type = profile.value("norm_type")
+    if norm_type not in ("rms", "layer") or not ident.norm_class:
+        if norm_type != "none":
+            notes.append(f"Norms are not patched: norm type {norm_type!r} with class {ident.norm_class!r}.")
+        return None
+    attrs = profile.value("norm_attrs") or {}
+    final, decoder, attn = attrs.get("final"), tuple(attrs.get("decoder") or ()), tuple(attrs.get("attn") or ())
+
+    def norm(kind: str, class_value: str, patch_partial: str | None = None) -> Norm:
+        return Norm(
+            kind,
+            ident.norm_class,
+            class_value,
+            patch_partial,
+            final,
+            decoder,
+            attn,
+            ident.optional_attrs,
+            ident.attn_attr,
+        )
+
+    if norm_type == "layer":
+        if _settled(profile, "rms_offset") is None and float(profile.value("rms_offset") or 0.0):
+            notes.append(
+                "LayerNorm is not patched: the model's LayerNorm adds 1 to its weight; LigerLayerNorm does not."
+            )
+            return None
+        planned = norm("layer_norm", "LigerLayerNorm")
+        if not planned.class_level:
+            notes.append(
+                f"LayerNorm is patched on model instances only: the modeling file builds torch's `{ident.norm_class}` "
+                "directly, and a class-level swap would replace it in every module of the process."
+            )
+        return planned
+    unsettled = _settled(profile, "rms_casting_mode", "rms_offset", "rms_in_place")
+    if unsettled:
+        notes.append(f"RMSNorm is not patched: decision `{unsettled}` needs review.")
+        return None
+    mode, offset, in_place = (
+        profile.value("rms_casting_mode"),
+        profile.value("rms_offset"),
+        profile.value("rms_in_place"),
+    )
+    if (mode, float(offset), bool(in_place)) == ("llama", 0.0, True):
+        return norm("rms_norm", "LigerRMSNorm")
+    options = f'offset={float(offset)!r}, casting_mode="{mode}", in_place={bool(in_place)}'
+    init = ', init_fn="zeros"' if float(offset) else ""
+    return norm("rms_norm", f"partial(LigerRMSNorm, {options}{init})", f"partial(_patch_rms_norm_module, {options})")
+
+
+def _getsource_checks(target: str, liger: str) -> tuple[str, str]:
+    return (
+        f"inspect.getsource({target}.forward) != inspect.getsource({liger}.forward)",
+        f"inspect.getsource({target}.forward) == inspect.getsource({liger}.forward)",
+    )
+
+
+def _plan_mlp(profile: Profile, notes: list[str]) -> Mlp | None:
+    ident, modeling = profile.identity, profile.identity.modeling_module.rsplit(".", 1)[1]
+    unsettled = _settled(profile, "mlp_kind")
+    if unsettled:
+        notes.append("The MLP is not patched: decision `mlp_kind` needs review.")
+        return None
+    kind, structure, mlp = profile.value("mlp_kind"), profile.value("structure"), f"decoder_layer.{ident.mlp_attr}"
+    if structure in ("moe", "hybrid") and kind == "swiglu" and ident.experts_class and ident.experts_attr:
+        return _moe_mlp(profile, notes)
+    if structure != "dense":
+        notes.append(f"The MLP is not patched: structure {structure!r} with mlp kind {kind!r} has no generator.")
+        return None
+    if kind == "relu_squared":
+        return Mlp(
+            "relu_squared",
+            "ReLUSquared",
+            f'{modeling}.ACT2FN["relu2"] = LigerReLUSquared',
+            f"{mlp}.act_fn = LigerReLUSquared()",
+            f"not isinstance(layer.{ident.mlp_attr}.act_fn, LigerReLUSquared)",
+            f"isinstance(layer.{ident.mlp_attr}.act_fn, LigerReLUSquared)",
+            "from liger_kernel.transformers import LigerReLUSquared",
+        )
+    liger = {"swiglu": ("swiglu", "SwiGLU", "LigerSwiGLUMLP"), "geglu": ("geglu", "GeGLU", "LigerGEGLUMLP")}
+    liger["phi3_swiglu"] = ("swiglu", "SwiGLU", "LigerPhi3SwiGLUMLP")
+    if kind not in liger or not ident.mlp_class:
+        notes.append(f"The MLP is not patched: mlp kind {kind!r} (class {ident.mlp_class!r}) has no Liger module.")
+        return None
+    param, label, cls = liger[kind]
+    instance = f"_patch_geglu_module({mlp})" if kind == "geglu" else f"_patch_swiglu_module({mlp}, {cls})"
+    before, after = _getsource_checks(f"layer.{ident.mlp_attr}", cls)
+    return Mlp(param, label, f"{modeling}.{ident.mlp_class} = {cls}", instance, before, after)
+
+
+MOE_DENSE_MLP = "LigerSwiGLUMLP"  # the dense layers and shared experts of MoE models (Liger: also Qwen3Moe-named)
+
+
+def _swaps_at_class_level(profile: Profile, class_name: str) -> bool:
+    """Whether the HF MLP class can be replaced by MOE_DENSE_MLP: its constructor takes what that one takes."""
+    import inspect
+
+    cls = getattr(importlib.import_module(profile.identity.modeling_module), class_name, None)
+    if cls is None:
+        return False
+    params = set(inspect.signature(cls.__init__).parameters) - {"self"}
+    return params <= {"config", "intermediate_size"}
+
+
+def _moe_mlp(profile: Profile, notes: list[str]) -> Mlp | None:
+    """Experts -> LigerExperts; the dense layers' MLP and the shared experts -> MOE_DENSE_MLP (the probe
+    proved SwiGLU for both), on instances per layer: a layer with experts is a MoE block, one without is dense."""
+    ident, modeling = profile.identity, profile.identity.modeling_module.rsplit(".", 1)[1]
+    mlp, layer_mlp, experts = f"decoder_layer.{ident.mlp_attr}", f"layer.{ident.mlp_attr}", ident.experts_attr
+    has_experts, layer_has_experts = f'hasattr({mlp}, "{experts}")', f'hasattr({layer_mlp}, "{experts}")'
+    routed = ident.experts_convention != "pre_routed"
+    classes = [f"{modeling}.{ident.experts_class} = LigerExperts"] if routed else []
+    if not routed:
+        notes.append(
+            f"{ident.experts_class} is left to HF: it takes pre-routed rows, LigerExperts takes "
+            "(x, top_k_index, top_k_weights); the shared expert and the dense layers get LigerSwiGLUMLP."
+        )
+    if ident.mlp_class and _swaps_at_class_level(profile, ident.mlp_class):
+        classes.append(f"{modeling}.{ident.mlp_class} = {MOE_DENSE_MLP}")
+    elif ident.mlp_class:
+        notes.append(f"{ident.mlp_class} is patched on instances only: its constructor differs from {MOE_DENSE_MLP}'s.")
+    instance, checks = [f"if {has_experts}:"], []
+    if routed:
+        instance.append(f"    _patch_swiglu_module({mlp}.{experts}, LigerExperts)")
+        before, after = _getsource_checks(f"{layer_mlp}.{experts}", "LigerExperts")
+        checks.append((f"not {layer_has_experts} or {before}", f"not {layer_has_experts} or {after}"))
+    shared = ident.shared_mlp_attr if ident.shared_mlp_class and ident.shared_mlp_class == ident.mlp_class else None
+    if shared:
+        instance += [
+            f'    if getattr({mlp}, "{shared}", None) is not None:',
+            f"        _patch_swiglu_module({mlp}.{shared}, {MOE_DENSE_MLP})",
+        ]
+        none = f'not {layer_has_experts} or getattr({layer_mlp}, "{shared}", None) is None'
+        before, after = _getsource_checks(f"{layer_mlp}.{shared}", MOE_DENSE_MLP)
+        checks.append((f"{none} or {before}", f"{none} or {after}"))
+    if len(instance) == 1:
+        instance.append("    pass  # pre-routed experts stay HF's")
+    if ident.mlp_class:
+        instance += ["else:", f"    _patch_swiglu_module({mlp}, {MOE_DENSE_MLP})"]
+        before, after = _getsource_checks(layer_mlp, MOE_DENSE_MLP)
+        checks.append((f"{layer_has_experts} or {before}", f"{layer_has_experts} or {after}"))
+    if not checks:
+        notes.append("The MLP is not patched: nothing in this MoE block has a Liger module.")
+        return None
+    class_statement = "\n".join(classes) or "pass  # every swap is made on instances"
+    (first_before, first_after), *rest = checks
+    return Mlp("swiglu", "SwiGLU", class_statement, "\n".join(instance), first_before, first_after, tuple(rest))
+
+
+def plan(profile: Profile) -> Plan:
+    validate_model_type(profile.model_type)
+    _refuse_unsettled(profile)
+    notes: list[str] = []
+    rope = _plan_rope(profile, notes)
+    norm = _plan_norm(profile, notes)
+    mlp = _plan_mlp(profile, notes)
+    return Plan(profile, rope, norm, mlp, profile.value("structure") == "moe", tuple(notes))
+
+
+# --- rendered pieces ---------------------------------------------------------------------------------------------
+
+
+def forward_param_names(plan: Plan) -> list[str]:
+    """The CausalLM's named parameters; `*args`/`**kwargs` (however the profile spells them) are the forward's own."""
+    params = [p for p in plan.profile.identity.forward_params if not p.startswith("*")]
+    return [p for p in params if p not in OWN_PARAMS and p not in ("args", "kwargs")]
+
+
+def _forward_params(plan: Plan) -> list[str]:
+    names = forward_param_names(plan)
+    if not names:
+        raise PipelineError(f"{plan.model_type}: the profile lists no forward parameters of the CausalLM")
+    return [f"{name}: {PARAM_ANNOTATIONS[name]}" if name in PARAM_ANNOTATIONS else f"{name}=None" for name in names]
+
+
+LM_HEAD_HELPER = "lce_maybe_trainable_lm_head"
+
+
+def lm_head_helper_module(root: Path) -> str:
+    """The target module defining the lm_head helper every non-softcapping forward calls (model/llama.py in Liger)."""
+    for path in sorted((root / "src/liger_kernel/transformers/model").glob("*.py")):
+        if f"def {LM_HEAD_HELPER}(" in path.read_text():
+            return f"liger_kernel.transformers.model.{path.stem}"
+    return "liger_kernel.transformers.model.llama"
+
+
+def render_lce_forward(plan: Plan, helper_module: str = "liger_kernel.transformers.model.llama") -> str:
+    names = forward_param_names(plan)
+    hidden = "outputs[0]" if plan.profile.value("hidden_state_access") == "outputs[0]" else "outputs.last_hidden_state"
+    return render.render(
+        "autopatch/lce_forward.py.j2",
+        # the forward carries the load-balancing loss only where HF's does (DeepSeek-V2 is MoE without aux_loss)
+        **{**plan.context(), "moe": plan.profile.value("output_class") == "LigerMoeCausalLMOutputWithPast"},
+        params=_forward_params(plan),
+        model_args=[n for n in names if n not in NOT_FORWARDED],
+        hidden_states=hidden,
+        softcapping=bool(plan.profile.value("logit_softcapping")),
+        output_class=plan.profile.value("output_class"),
+        cache_field="cache" if "cache" in names else "past_key_values",
+        uses_cache_type=bool({"cache", "past_key_values"} & set(names)),
+        lm_head_helper_module=helper_module,
+    )
+
+
+def config_class(plan: Plan) -> type:
+    spec = importlib.util.find_spec(plan.config_module)
+    if spec is None:
+        raise PipelineError(f"{plan.config_module} is not importable in this environment")
+    module = importlib.import_module(plan.config_module)
+    return getattr(module, plan.profile.identity.config_class)
+
+
+MINI_TEST_CONFIG = (
+    ("hidden_size", "32"),
+    ("intermediate_size", "64"),
+    ("moe_intermediate_size", "64"),
+    ("num_hidden_layers", "2"),
+    ("num_attention_heads", "4"),
+    ("num_key_value_heads", "2"),
+    ("head_dim", "8"),
+    ("num_local_experts", "4"),
+    ("num_experts", "4"),
+    ("num_experts_per_tok", "2"),
+    ("vocab_size", "1024"),
+    ("pad_token_id", "0"),  # some defaults (GLM-4: 151329) point outside the tiny vocabulary
+)
+MINI_CONVERGENCE_CONFIG = (
+    ("attention_dropout", "0.0"),
+    ("bos_token_id", "1"),
+    ("eos_token_id", "2"),
+    ("pad_token_id", "2"),
+    ("hidden_size", "1024"),
+    ("initializer_range", "0.02"),
+    ("intermediate_size", "2048"),
+    ("moe_intermediate_size", "1024"),
+    ("max_position_embeddings", "8192"),
+    ("num_attention_heads", "8"),
+    ("num_hidden_layers", "4"),
+    ("num_key_value_heads", "2"),
+    ("head_dim", "128"),
+    ("num_local_experts", "8"),
+    ("num_experts", "8"),
+    ("num_experts_per_tok", "2"),
+    ("rms_norm_eps", "1e-5"),
+    ("tie_word_embeddings", "False"),
+    ("use_cache", "True"),
+    ("vocab_size", str(CONVERGENCE_VOCAB_SIZE)),
+)
+
+
+def mini_config(plan: Plan, candidates: tuple[tuple[str, str], ...]) -> list[tuple[str, str]]:
+    """The candidate fields this model's config class actually has (v5 configs accept unknown keys silently)."""
+    defaults = config_class(plan)()
+    return [(name, value) for name, value in candidates if has_field(defaults, name)]
+
+
+# Config fields that make a training step random (dropout, router jitter, input noise): the convergence test compares
+# two runs step by step, so they are turned off where the config class defaults them on (Seed-OSS: residual_dropout
+# 0.1 made the two runs diverge).
+STOCHASTIC_FIELD = re.compile(r"(dropout|jitter|noise)")
+
+
+def stochastic_fields_off(defaults, fixed: set[str]) -> list[tuple[str, str]]:
+    values = defaults.to_dict() if hasattr(defaults, "to_dict") else {}
+    return [
+        (name, "0.0")
+        for name, value in sorted(values.items())
+        if STOCHASTIC_FIELD.search(name) and name not in fixed and isinstance(value, float) and value > 0
+    ]
+
+
+def attention_implementation(plan: Plan) -> str:
+    """SDPA where the model class supports it (VaultGemma refuses it: softcapping), else eager."""
+    modeling = importlib.import_module(plan.profile.identity.modeling_module)
+    model_class = getattr(modeling, plan.profile.identity.causal_lm_class)
+    return "sdpa" if getattr(model_class, "_supports_sdpa", False) else "eager"
+
+
+def convergence_config(plan: Plan) -> list[tuple[str, str]]:
+    """The generated convergence entry's config: the mini sizes this config class has, randomness off, sorted."""
+    fields = mini_config(plan, MINI_CONVERGENCE_CONFIG)
+    fields += stochastic_fields_off(config_class(plan)(), {name for name, _ in fields})
+    return sorted(fields)
+
+
+def has_field(config, name: str) -> bool:
+    try:
+        return hasattr(config, name)
+    except Exception:  # per-layer fields of heterogeneous configs (Gemma 4) refuse a global read: not set here
+        return False
+
+
+def render_instance_test(plan: Plan) -> str:
+    model_checks, layer_checks = [], []
+    if plan.norm:
+        liger = plan.norm.liger_class
+        if plan.norm.final:
+            model_checks.append(_check(*_getsource_checks(f"base_model.{plan.norm.final}", liger)))
+        for target in plan.norm.targets("layer"):
+            before, after = _getsource_checks(target["expr"], liger)
+            if target["optional"]:
+                absent = f'getattr({target["owner"]}, "{target["attr"]}", None) is None or '
+                before, after = absent + before, absent + after
+            layer_checks.append(_check(before, after))
+    if plan.mlp:
+        mlp_checks = [(plan.mlp.before_check, plan.mlp.after_check), *plan.mlp.extra_checks]
+        layer_checks[:0] = [_check(before, after) for before, after in mlp_checks]
+    return render.render(
+        "autopatch/instance_patch_test.py.j2",
+        **plan.context(),
+        test_config=mini_config(plan, MINI_TEST_CONFIG),
+        model_checks=model_checks,
+        layer_checks=layer_checks,
+        extra_imports=[plan.mlp.test_import] if plan.mlp and plan.mlp.test_import else [],
+    )
+
+
+def _check(before: str, after: str) -> dict:
+    return {"before": before, "after": after}
+
+
+def readme_row(plan: Plan) -> str:
+    api = f"`liger_kernel.transformers.apply_liger_kernel_to_{plan.model_type}`"
+    return f"| {plan.profile.identity.display_name} | {api} | {plan.operations} |"
+
+
+# --- edits of the target's existing files ------------------------------------------------------------------------
+
+
+def _apply_fn(plan: Plan) -> str:
+    return f"apply_liger_kernel_to_{plan.model_type}"
+
+
+# Where each name the generated apply function uses comes from (a removal or refactor may have dropped it).
+LIGER_IMPORTS = {
+    "LigerRMSNorm": "liger_kernel.transformers.rms_norm",
+    "LigerLayerNorm": "liger_kernel.transformers.layer_norm",
+    "LigerSwiGLUMLP": "liger_kernel.transformers.swiglu",
+    "LigerPhi3SwiGLUMLP": "liger_kernel.transformers.swiglu",
+    "LigerExperts": "liger_kernel.transformers.swiglu",
+    "LigerGEGLUMLP": "liger_kernel.transformers.geglu",
+    "LigerReLUSquared": "liger_kernel.transformers.relu_squared",
+    "liger_rotary_pos_emb": "liger_kernel.transformers.rope",
+    "liger_cross_entropy": "liger_kernel.transformers.functional",
+}
+
+
+def _module_level_names(source: str) -> set[str]:
+    names = set()
+    for node in ast.parse(source).body:
+        if isinstance(node, (ast.Import, ast.ImportFrom)):
+            names.update(alias.asname or alias.name for alias in node.names)
+        elif isinstance(node, (ast.FunctionDef, ast.ClassDef)):
+            names.add(node.name)
+    return names
+
+
+def ensure_liger_imports(source: str, function: str) -> str:
+    """Import every Liger name `function` uses that monkey_patch.py does not bind at module level."""
+    used = {n.id for n in ast.walk(ast.parse(function)) if isinstance(n, ast.Name)}
+    for name in sorted((used & LIGER_IMPORTS.keys()) - _module_level_names(source)):
+        line, key = f"from {LIGER_IMPORTS[name]} import {name}", f"{LIGER_IMPORTS[name]}.{name}"
+        source = edits.insert_top_level(
+            source, lambda n: edits.imported_name(n, "liger_kernel.transformers."), key, line
+        )
+    return source
+
+
+def edit_monkey_patch(source: str, plan: Plan) -> str:
+    x = plan.model_type
+    line = f"from liger_kernel.transformers.model.{x} import lce_forward as {x}_lce_forward"
+    key = f"liger_kernel.transformers.model.{x}.lce_forward"
+    source = edits.insert_top_level(
+        source, lambda n: edits.imported_name(n, "liger_kernel.transformers.model."), key, line
+    )
+    function = render.render("autopatch/monkey_patch_fn.py.j2", **plan.context())
+    source = ensure_liger_imports(source, function)
+    source = edits.insert_top_level(
+        source, lambda n: edits.defined_name(n, "apply_liger_kernel_to_"), _apply_fn(plan), function
+    )
+    registry = edits.find_assignment(ast.parse(source), "MODEL_TYPE_TO_APPLY_LIGER_FN").value
+    return edits.insert_element(source, registry.keys, edits.string_value, x, f'"{x}": {_apply_fn(plan)}')
+
+
+def _apply_fn_string(node: ast.expr) -> str | None:
+    value = edits.string_value(node)
+    return value if value and value.startswith("apply_liger_kernel_to_") else None
+
+
+def edit_root_exports(source: str, plan: Plan) -> str:
+    name = _apply_fn(plan)
+    block = edits.find_if_type_checking(ast.parse(source))
+    line = f"from liger_kernel.transformers.monkey_patch import {name}  # noqa: F401"
+    source = edits.insert_statement(source, block.body, _monkey_patch_import, name, line)
+    symbols = edits.find_assignment(ast.parse(source), "monkey_patch_symbols").value
+    source = edits.insert_element(source, symbols.elts, _apply_fn_string, name, f'"{name}"')
+    exports = edits.find_extend_list(ast.parse(source), "__all__")
+    return edits.insert_element(source, exports.elts, _apply_fn_string, name, f'"{name}"')
+
+
+def _monkey_patch_import(node: ast.stmt) -> str | None:
+    if isinstance(node, ast.ImportFrom) and node.module == "liger_kernel.transformers.monkey_patch":
+        name = node.names[0].name
+        return name if name.startswith("apply_liger_kernel_to_") else None
+    return None
+
+
+def edit_instance_test(source: str, plan: Plan) -> str:
+    x = plan.model_type
+    available = render.render("autopatch/is_available.py.j2", **plan.context())
+    source = edits.ensure_top_level(source, _available_checker, f"is_{x}_available", available)
+    test = render_instance_test(plan)
+    prefix = "test_apply_liger_kernel_to_instance_for_"
+    return edits.insert_top_level(source, lambda n: edits.defined_name(n, prefix), f"{prefix}{x}", test)
+
+
+def _available_checker(node: ast.stmt) -> str | None:
+    name = edits.defined_name(node, "is_")
+    return name if name and name.endswith("_available") else None
+
+
+def edit_test_utils(source: str, plan: Plan) -> str:
+    revert = render.render("autopatch/revert_fn.py.j2", **plan.context())
+    key = f"revert_liger_kernel_to_{plan.model_type}"
+    return edits.insert_top_level(source, lambda n: edits.defined_name(n, "revert_liger_kernel_to_"), key, revert)
+
+
+def edit_convergence(source: str, plan: Plan, dtype: str) -> str:
+    x, ctx = plan.model_type, plan.context()
+    apply_line = f"from liger_kernel.transformers import {_apply_fn(plan)}"
+    source = edits.ensure_top_level(source, _root_apply_import, _apply_fn(plan), apply_line)
+    revert = f"revert_liger_kernel_to_{x}"
+    source = edits.ensure_top_level(source, _revert_import, revert, f"from test.utils import {revert}")
+    guard = render.render("autopatch/convergence_guard.py.j2", **ctx)
+    source = edits.insert_top_level(source, lambda n: edits.assigned_flag(n, "_AVAILABLE"), plan.available_flag, guard)
+    setup = render.render(
+        "autopatch/convergence_setup.py.j2",
+        **ctx,
+        mini_config=convergence_config(plan),
+        attn_implementation=attention_implementation(plan),
+    )
+    source = edits.insert_top_level(source, edits.guarded_setup, f"mini_{x}", setup)
+    cases = edits.find_parametrize_list(edits.find_function(ast.parse(source), "test_mini_model"))
+    lr, *tolerances = reference_tolerances(source, cases.elts, "moe" if plan.moe else "dense", dtype)
+    param = render.render("autopatch/convergence_param.py.j2", **ctx, lr=lr, dtype=dtype, tolerances=tolerances)
+    return edits.insert_element(source, cases.elts, edits.case_name, f"mini_{x}", param.strip().rstrip(","))
+
+
+def reference_tolerances(source: str, cases: list[ast.expr], family: str, dtype: str) -> list[str]:
+    """lr and the six tolerances of this file's enabled entry for REFERENCE_CASES[family], as the target writes them
+    (a commented-out entry is not in the tree, so it is never copied)."""
+    for case in cases:
+        values = case.args if isinstance(case, ast.Call) else getattr(case, "elts", [])
+        if edits.case_name(case) == REFERENCE_CASES[family] and len(values) >= 10:
+            return [ast.get_source_segment(source, value) for value in (values[2], *values[4:10])]
+    return list(TOLERANCES[(family, dtype)])
+
+
+def _root_apply_import(node: ast.stmt) -> str | None:
+    if isinstance(node, ast.ImportFrom) and node.module == "liger_kernel.transformers":
+        name = node.names[0].name
+        return name if name.startswith("apply_liger_kernel_to_") else None
+    return None
+
+
+def _revert_import(node: ast.stmt) -> str | None:
+    if isinstance(node, ast.ImportFrom) and node.module == "test.utils":
+        name = node.names[0].name
+        return name if name.startswith("revert_liger_kernel_to_") else None
+    return None
+
+
+def _readme_key(line: str) -> str | None:
+    found = re.search(r"apply_liger_kernel_to_(\w+)", line)
+    return found.group(1) if found else None
+
+
+def edit_readme(source: str, plan: Plan) -> str:
+    return edits.insert_markdown_row(source, "### Patching", _readme_key, plan.model_type, readme_row(plan))
+
+
+# --- the changeset -----------------------------------------------------------------------------------------------
+
+
+def model_file(model_type: str) -> Path:
+    return Path("src/liger_kernel/transformers/model") / f"{validate_model_type(model_type)}.py"
+
+
+def build_changeset(checkout: Checkout, profile: Profile) -> Changeset:
+    """All edits made in memory; nothing is written. Raises PipelineError if an anchor is missing."""
+    the_plan = plan(profile)
+    new_file = model_file(profile.model_type)
+    if checkout.path(new_file).exists():
+        raise PipelineError(
+            f"{new_file} exists already in {checkout.root}", hint="autopatch creates support for unsupported models"
+        )
+    edits_by_file = [
+        (MONKEY_PATCH, edit_monkey_patch),
+        (ROOT_EXPORTS, edit_root_exports),
+        (INSTANCE_TEST, edit_instance_test),
+        (TEST_UTILS, edit_test_utils),
+        (README, edit_readme),
+    ]
+    forward = render_lce_forward(the_plan, lm_head_helper_module(checkout.root))
+    changes = [FileChange(str(new_file), forward, created=True)]
+    try:
+        for path, edit in edits_by_file:
+            changes.append(edit_file(checkout.root, path, lambda text, edit=edit: edit(text, the_plan)))
+        for path in CONVERGENCE_FILES:
+            dtype = "bfloat16" if path.parts[2] == "bf16" else "float32"
+            changes.append(edit_file(checkout.root, path, lambda text, d=dtype: edit_convergence(text, the_plan, d)))
+    except (edits.EditError, FileNotFoundError) as exc:
+        raise PipelineError(
+            f"cannot place the {profile.model_type} patch in {checkout.root}: {exc}",
+            hint="the target's files differ from what autopatch expects (is this a liger-kernel 0.8.x checkout?)",
+        ) from exc
+    for change in changes:
+        if change.path.endswith(".py"):
+            _must_parse(change)
+    return Changeset(tuple(changes), the_plan.notes)
+
+
+def _must_parse(change: FileChange) -> None:
+    try:
+        ast.parse(change.text)
+    except SyntaxError as exc:
+        raise RuntimeError(f"generated {change.path} does not parse: {exc}") from exc
+
+
+def act(checkout: Checkout, profile: Profile) -> Changeset:
+    changeset = build_changeset(checkout, profile)
+    changeset.write(checkout.root)
+    format_with_target_style(checkout, changeset.paths)
+    return changeset

@@ -1,0 +1,90 @@
+"""debug: when a patched model diverges, say which kernel swap is wrong (LinkedIn's planned liger-debug).
+
+The whole-model check (`model_check`) runs once with the apply function's flags as the convergence test passes
+them, then once with each kernel flag turned off; a flag whose removal makes the model match is a culprit. Then
+every swapped module runs beside its HF original on the inputs the HF model gave it, in execution order, in fp32
+and bf16; the first that differs is named with its path, dtype, errors and the Liger class that replaced it.
+
+`liger-bot debug MODEL --repo DIR [--set field=value]` runs it on the checkout's patch when the target already
+has `apply_liger_kernel_to_<model>`, else on a patch generated (with the overrides) in a scratch clone: the
+user's checkout is never written. verify runs it by itself when the whole-model gate fails.
+"""
+
+from __future__ import annotations
+
+import json
+import sys
+from dataclasses import dataclass
+from pathlib import Path
+
+from pipelines.autopatch import verify
+from pipelines.autopatch.profile import Profile
+from pipelines.outcome import GateResult
+from pipelines.outcome import GateStatus
+
+DIAGNOSIS = "Diagnosis (liger-bot debug)"
+
+
+@dataclass(frozen=True)
+class Diagnosis:
+    data: dict
+
+    @property
+    def culprits(self) -> list[str]:
+        """Flags whose removal alone makes the whole model match."""
+        return [row["off"] for row in self.data.get("flags", []) if row.get("ok")]
+
+    @property
+    def first_diverging(self) -> dict | None:
+        return self.data.get("first_diverging")
+
+    def summary(self) -> str:
+        whole = self.data.get("whole_model", {})
+        lines = [f"whole model (fp32, class-level patch): {'matches' if whole.get('ok') else 'diverges'}"]
+        if "error" in whole:
+            lines[0] += f" ({whole['error']})"
+        for row in self.data.get("flags", []):
+            verdict = "matches" if row["ok"] else "still diverges"
+            lines.append(f"with {row['off']}=False: {verdict}" + (f" ({row['error']})" if row.get("error") else ""))
+        first = self.first_diverging
+        if first:
+            lines.append(f"first diverging module: {describe(first)}")
+        else:
+            lines.append(
+                f"no swapped module differs from its HF original ({len(self.data.get('modules', []))} compared)"
+            )
+        return "\n".join(lines)
+
+    def to_json(self) -> dict:
+        return {"culprits": self.culprits, **self.data}
+
+
+def describe(row: dict) -> str:
+    settings = ", ".join(f"{k}={v!r}" for k, v in (row.get("settings") or {}).items())
+    where = f"`{row['module']}` ({row['hf']} replaced by {row['liger']}{f'({settings})' if settings else ''})"
+    if "error" in row:
+        return f"{where}: {row['error']}"
+    if row["where"] == "fp32":
+        return f"{where}: fp32 max abs error {row['fp32_max_abs']:.2e} (relative {row['fp32_rel']:.2e})"
+    return (
+        f"{where}: bf16 mean error against float64 {row['bf16_liger_error']:.2e}, the HF module's own "
+        f"{row['bf16_hf_error']:.2e} (max abs difference {row['bf16_max_abs']:.2e}; fp32 relative {row['fp32_rel']:.1e})"
+    )
+
+
+def diagnose(profile: Profile, root: Path, runner: verify.Runner) -> Diagnosis | str:
+    """The diagnosis, or why none could be made."""
+    spec = verify.model_check_spec(profile, root, "cuda" if runner.has_gpu else "cpu")
+    env = {**verify.target_env(), **({} if runner.has_gpu else {"TRITON_INTERPRET": "1"})}
+    argv = [sys.executable, "-m", "pipelines.autopatch.model_check", "--debug", json.dumps(spec)]
+    proc = runner.run(argv, root, env, 1800)
+    last = proc.output.strip().splitlines()[-1] if proc.output.strip() else ""
+    if not proc.ok or not last.startswith("{"):
+        return f"debug did not finish: exit {proc.returncode}\n{proc.tail(15)}"
+    return Diagnosis(json.loads(last))
+
+
+def diagnosis_gate(profile: Profile, root: Path, runner: verify.Runner) -> GateResult:
+    found = diagnose(profile, root, runner)
+    text = found if isinstance(found, str) else found.summary()
+    return GateResult(DIAGNOSIS, GateStatus.FAIL, text, hard=False)

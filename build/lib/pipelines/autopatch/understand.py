@@ -1,0 +1,775 @@
+"""`understand`: a model name -> a Profile whose 12 decisions each cite the source or the probe that settled them.
+
+Two kinds of proof. The **ast** decisions read the generated `modeling_*.py` (transformers 5 ships modular
+models as generated files, so those are what runs): class names, norm attribute names, the output class,
+hidden-state access, softcapping, which norm outputs meet a residual add. The **probe** decisions instantiate the
+model tiny on the CPU and run its own norm / MLP / experts / rotary function beside candidate Liger semantics, and
+its backward with Liger's in-place RMSNorm write emulated (`probes.py`). A module no Liger kernel reproduces is a
+proven "none" (the residuals are the evidence). A decision no probe or rule can settle is marked `needs review` with the reason, never guessed.
+"""
+
+from __future__ import annotations
+
+import ast
+import importlib
+import re
+from dataclasses import dataclass
+from dataclasses import field
+from pathlib import Path
+
+from pipelines.autopatch import probes
+from pipelines.autopatch.profile import Decision
+from pipelines.autopatch.profile import Evidence
+from pipelines.autopatch.profile import Identity
+from pipelines.autopatch.profile import Method
+from pipelines.autopatch.profile import Profile
+from pipelines.autopatch.profile import Status
+from pipelines.autopatch.resolve import ModelRef
+from pipelines.autopatch.resolve import resolve
+from pipelines.autopatch.source import SourceFile
+from pipelines.autopatch.source import called_names
+from pipelines.autopatch.source import configuration_path
+from pipelines.autopatch.source import dotted_name
+from pipelines.autopatch.source import load
+from pipelines.autopatch.source import modeling_path
+from pipelines.autopatch.source import parameters
+from pipelines.autopatch.source import statements
+from pipelines.outcome import PipelineError
+
+_MLP_NAME = re.compile(r"(MLP|Mlp|MoE|Moe|MoeBlock|Experts|FeedForward|FFN|Ffn)$")
+_NORM_EXTERNAL = {
+    "nn.LayerNorm": "layer",
+    "torch.nn.LayerNorm": "layer",
+    "nn.RMSNorm": "rms",
+    "torch.nn.RMSNorm": "rms",
+}
+MOE_OUTPUT_FIELDS = {"aux_loss", "router_logits"}
+MOE_LOSS_FIELD = "aux_loss"
+
+
+@dataclass
+class Facts:
+    """What the AST says about one model: the class skeleton `act` and the probes need."""
+
+    ref: ModelRef
+    src: SourceFile
+    base_attr: str = "model"
+    base_class: str = ""
+    layers_attr: str = "layers"
+    decoder_class: str = ""
+    attn_attr: str | None = None
+    attn_class: str | None = None
+    mlp_attr: str | None = None
+    mlp_classes: tuple[str, ...] = ()
+    moe_classes: tuple[str, ...] = ()
+    experts_class: str | None = None
+    experts_attr: str | None = None
+    shared_attr: str | None = None
+    shared_class: str | None = None
+    optional_norms: tuple[str, ...] = ()
+    decoder_norms: dict[str, str] = field(default_factory=dict)  # attr -> class
+    final_norms: dict[str, str] = field(default_factory=dict)
+    attn_norms: dict[str, str] = field(default_factory=dict)
+    rotary_fn: str | None = None
+    evidence: dict[str, list[Evidence]] = field(default_factory=dict)
+
+    def cite(self, key: str, node: ast.AST, max_lines: int = 12) -> None:
+        self.evidence.setdefault(key, []).append(self.src.evidence(node, max_lines=max_lines))
+
+
+# -- reading the skeleton --------------------------------------------------------------------------------------
+
+
+def norm_family(src: SourceFile, class_name: str) -> str | None:
+    """ "rms" / "layer" for a norm class (by name or an nn base), None for anything that is not a norm."""
+    if class_name in _NORM_EXTERNAL:
+        return _NORM_EXTERNAL[class_name]
+    if class_name not in src.classes:
+        return None
+    for base in src.external_bases(class_name):
+        if base in _NORM_EXTERNAL:
+            return _NORM_EXTERNAL[base]
+    for name in src.lineage(class_name):
+        if "RMSNorm" in name or "RmsNorm" in name:
+            return "rms"
+        if "LayerNorm" in name:
+            return "layer"
+    return None
+
+
+def _local(src: SourceFile, names) -> list[str]:
+    return [n for n in names if n in src.classes]
+
+
+def has_weight(src: SourceFile, class_name: str) -> bool:
+    """Whether a norm class can carry a weight: Liger's instance patch binds a forward that reads `self.weight`,
+    so a norm class that never creates one (DeepSeek-V4's `UnweightedRMSNorm`) is not a patch target."""
+    if class_name not in src.classes or any(b in _NORM_EXTERNAL for b in src.external_bases(class_name)):
+        return True  # nn.LayerNorm / nn.RMSNorm (or a subclass): affine by default
+    return any(a.attr == "weight" for name in src.lineage(class_name) for a in src.self_assignments(name))
+
+
+_NO_WEIGHT_FLAGS = ("with_scale", "elementwise_affine", "use_weight")
+
+
+def built_without_weight(node: ast.stmt) -> bool:
+    """`Gemma4RMSNorm(d, with_scale=False)`, `nn.LayerNorm(d, elementwise_affine=False)`: this instance has no
+    weight, whatever its class can do, so Liger's weight-reading forward must not be bound to it."""
+    calls = [n for n in ast.walk(node) if isinstance(n, ast.Call)]
+    return any(
+        kw.arg in _NO_WEIGHT_FLAGS and isinstance(kw.value, ast.Constant) and kw.value.value is False
+        for call in calls
+        for kw in call.keywords
+    )
+
+
+def _norm_assignments(src: SourceFile, class_name: str | None) -> dict[str, tuple[str, ast.stmt]]:
+    found: dict[str, tuple[str, ast.stmt]] = {}
+    for assign in src.self_assignments(class_name) if class_name else []:
+        if built_without_weight(assign.node):
+            continue
+        for cls in assign.classes:
+            if norm_family(src, cls) and has_weight(src, cls) and assign.attr not in found:
+                found[assign.attr] = (cls, assign.node)
+    return found
+
+
+def read_facts(ref: ModelRef) -> Facts:
+    src = load(modeling_path(ref.module_name, ref.causal_lm_class))
+    facts = Facts(ref, src)
+    _read_base(facts)
+    _read_decoder(facts)
+    _read_mlp(facts)
+    _read_norms(facts)
+    _read_rotary(facts)
+    return facts
+
+
+def _read_base(facts: Facts) -> None:
+    src, causal = facts.src, facts.ref.causal_lm_class
+    for assign in src.self_assignments(causal):
+        local = _local(src, assign.classes)
+        if local and src.method(local[0], "forward") and assign.attr not in ("lm_head",):
+            if any(a.attr in ("layers", "h", "blocks") for a in src.self_assignments(local[0])):
+                facts.base_attr, facts.base_class = assign.attr, local[0]
+                facts.cite("identity", assign.node)
+                return
+    raise PipelineError(f"{causal} in {src.relative} builds no base model with decoder layers", hint="not a decoder?")
+
+
+def _read_decoder(facts: Facts) -> None:
+    src = facts.src
+    init = src.method(facts.base_class, "__init__")
+    built = [n for n in _local(src, called_names(init)) if "Layer" in n or "Block" in n] if init else []
+    for assign in src.self_assignments(facts.base_class):
+        layer_classes = [c for c in _local(src, assign.classes) if src.method(c, "forward")]
+        if assign.attr in ("layers", "h", "blocks") and (layer_classes or built):
+            # the list may be filled in a loop before the assignment (Falcon-H1)
+            facts.layers_attr, facts.decoder_class = assign.attr, (layer_classes or built)[0]
+            facts.cite("identity", assign.node)
+            break
+    if not facts.decoder_class:
+        raise PipelineError(f"{facts.base_class} has no decoder layer list in {src.relative}")
+    for assign in src.self_assignments(facts.decoder_class):
+        local = _local(src, assign.classes)
+        if facts.attn_attr is None and any("Attention" in c for c in local):
+            facts.attn_attr, facts.attn_class = assign.attr, next(c for c in local if "Attention" in c)
+
+
+def _is_moe_block(src: SourceFile, class_name: str) -> bool:
+    return any(a.attr == "experts" for a in src.self_assignments(class_name))
+
+
+def _read_mlp(facts: Facts) -> None:
+    src = facts.src
+    for assign in src.self_assignments(facts.decoder_class):
+        local = _local(src, assign.classes)
+        mlps = [c for c in local if _MLP_NAME.search(c) or _is_moe_block(src, c)]
+        if mlps:
+            # the first MLP-like attribute is the layer's MLP (Gemma 4 adds an optional `experts` after `mlp`)
+            facts.mlp_attr = facts.mlp_attr or assign.attr
+            facts.cite("structure", assign.node)
+            for cls in mlps:
+                if _is_moe_block(src, cls):
+                    facts.moe_classes += (cls,)
+                elif cls not in facts.mlp_classes:
+                    facts.mlp_classes += (cls,)
+    for moe in facts.moe_classes:
+        for assign in src.self_assignments(moe):
+            local = _local(src, assign.classes)
+            if assign.attr == "experts" and local:
+                facts.experts_attr, facts.experts_class = "experts", local[0]
+                facts.cite("structure", assign.node)
+            elif _MLP_NAME.search(" ".join(local)):
+                mlps = tuple(c for c in local if "Expert" not in c and "Router" not in c)
+                if mlps and facts.shared_attr is None:  # DeepSeek's shared_experts, Qwen2-MoE's shared_expert
+                    facts.shared_attr, facts.shared_class = assign.attr, mlps[0]
+                if not facts.mlp_classes:
+                    facts.mlp_classes += mlps
+
+
+def conditional_attrs(src: SourceFile, class_name: str | None) -> set[str]:
+    """`self.x` attributes __init__ assigns only inside an `if` (Gemma 4's MoE-block norms, DeepSeek's
+    q_a_layernorm): an instance may not have them, so patching them must check first."""
+    init = src.method(class_name, "__init__") if class_name else None
+    if init is None:
+        return set()
+
+    def assigned(nodes) -> set[str]:
+        return {
+            t.attr
+            for n in nodes
+            if isinstance(n, ast.Assign)
+            for t in n.targets
+            if isinstance(t, ast.Attribute) and getattr(t.value, "id", None) == "self"
+        }
+
+    inside = {id(n) for branch in ast.walk(init) if isinstance(branch, ast.If) for n in ast.walk(branch)}
+    guarded = assigned(n for n in ast.walk(init) if id(n) in inside)
+    return guarded - assigned(n for n in ast.walk(init) if id(n) not in inside)
+
+
+def _read_norms(facts: Facts) -> None:
+    src = facts.src
+    facts.optional_norms = tuple(
+        sorted(conditional_attrs(src, facts.decoder_class))  # norms, and the attention itself (hybrid layers)
+        + sorted(f"{facts.attn_attr}.{a}" for a in conditional_attrs(src, facts.attn_class))
+    )
+    for attr, (cls, node) in _norm_assignments(src, facts.decoder_class).items():
+        facts.decoder_norms[attr] = cls
+        facts.cite("norm_attrs", node)
+    for attr, (cls, node) in _norm_assignments(src, facts.base_class).items():
+        facts.final_norms[attr] = cls
+        facts.cite("norm_attrs", node)
+    for attr, (cls, node) in _norm_assignments(src, facts.attn_class).items():
+        facts.attn_norms[attr] = cls
+        facts.cite("norm_attrs", node)
+
+
+def _read_rotary(facts: Facts) -> None:
+    src = facts.src
+    forward = src.method(facts.attn_class, "forward") if facts.attn_class else None
+    used = called_names(forward) if forward else []
+    for name in used:
+        if name in src.functions and ("rotary" in name or "rope" in name):
+            facts.rotary_fn = name
+            facts.cite("rope", src.functions[name], max_lines=3)
+            return
+
+
+# -- AST decisions ---------------------------------------------------------------------------------------------
+
+
+def _decision(value, facts: Facts, key: str, reason: str = "", method: Method = Method.AST) -> Decision:
+    status = Status.NEEDS_REVIEW if reason and value is None else Status.SETTLED
+    return Decision(value, method, tuple(facts.evidence.get(key, ())), status, reason)
+
+
+def decide_norm_type(facts: Facts) -> Decision:
+    families = {norm_family(facts.src, cls) for cls in {**facts.decoder_norms, **facts.final_norms}.values()}
+    families.discard(None)
+    if not families:
+        return _decision("none", facts, "norm_attrs", "no norm layers on the decoder layer or the base model")
+    value = families.pop() if len(families) == 1 else "both"
+    return Decision(value, Method.AST, tuple(facts.evidence.get("norm_attrs", ())))
+
+
+def decide_norm_attrs(facts: Facts) -> Decision:
+    final = next(iter(facts.final_norms), None)
+    value = {"decoder": list(facts.decoder_norms), "final": final, "attn": list(facts.attn_norms)}
+    return Decision(value, Method.AST, tuple(facts.evidence.get("norm_attrs", ())))
+
+
+# Methods whose backward hands the incoming gradient on as is (or as a view of it): a norm output passed
+# through them still shares its gradient's storage with whatever the result is added to.
+_ALIASING_METHODS = frozenset(
+    "view reshape view_as reshape_as to type_as contiguous transpose permute clone squeeze unsqueeze flatten".split()
+)
+_COMPOUND = (ast.If, ast.For, ast.While, ast.With, ast.Try, ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)
+
+
+@dataclass(frozen=True)
+class AddedNorm:
+    """A norm whose output (`bound`: where it was produced) is an operand of an add (`add`)."""
+
+    attr: str
+    bound: ast.stmt
+    add: ast.stmt
+
+
+def _norm_output(expr: ast.AST, norms, held: dict[str, tuple[str, ast.stmt]], stmt: ast.stmt):
+    """(attr, statement that produced it) when `expr` is a norm's output or an alias of one, else None."""
+    if isinstance(expr, ast.Name):
+        return held.get(expr.id)
+    if not isinstance(expr, ast.Call) or not isinstance(expr.func, ast.Attribute):
+        return None
+    func = expr.func
+    if getattr(func.value, "id", None) == "self" and func.attr in norms:
+        return func.attr, stmt
+    if func.attr in _ALIASING_METHODS:
+        return _norm_output(func.value, norms, held, stmt)
+    return None
+
+
+def _add_operands(stmt: ast.stmt) -> list[ast.AST]:
+    operands: list[ast.AST] = []
+    if isinstance(stmt, ast.AugAssign) and isinstance(stmt.op, ast.Add):
+        operands += [stmt.target, stmt.value]
+    for node in ast.walk(stmt):
+        if isinstance(node, ast.BinOp) and isinstance(node.op, ast.Add):
+            operands += [node.left, node.right]
+        elif isinstance(node, ast.Call) and dotted_name(node.func) in ("torch.add", "add"):
+            operands += node.args[:2]
+    return operands
+
+
+def norm_outputs_added(method: ast.FunctionDef, norms) -> list[AddedNorm]:
+    """Norms in `norms` whose output reaches a `+` / `torch.add` before its variable is rebound.
+
+    Autograd hands an add's incoming gradient to both operands as the same tensor, so such a norm's dY is
+    also the other operand's gradient: Liger's in-place backward (dX written into dY) would corrupt it.
+    """
+    held: dict[str, tuple[str, ast.stmt]] = {}
+    found: dict[str, AddedNorm] = {}
+    for stmt in statements(method.body):
+        if isinstance(stmt, _COMPOUND):
+            continue
+        for operand in _add_operands(stmt):
+            hit = _norm_output(operand, norms, held, stmt)
+            if hit and hit[0] not in found:
+                found[hit[0]] = AddedNorm(hit[0], hit[1], stmt)
+        targets = stmt.targets if isinstance(stmt, ast.Assign) else [getattr(stmt, "target", None)]
+        value = getattr(stmt, "value", None)
+        for target in filter(None, targets):
+            names = (
+                [target] if isinstance(target, ast.Name) else [n for n in ast.walk(target) if isinstance(n, ast.Name)]
+            )
+            for name in names:
+                held.pop(name.id, None)
+            if isinstance(target, ast.Name) and value is not None and not isinstance(stmt, ast.AugAssign):
+                hit = _norm_output(value, norms, held, stmt)
+                if hit:
+                    held[target.id] = hit
+    return list(found.values())
+
+
+def _scopes(facts: Facts) -> list[tuple[str | None, dict[str, str], str]]:
+    """(class, its norms, the label prefix the probe uses) for the decoder layer, the base model, the attention."""
+    return [
+        (facts.decoder_class, facts.decoder_norms, ""),
+        (facts.base_class, facts.final_norms, "final."),
+        (facts.attn_class, facts.attn_norms, f"{facts.attn_attr}."),
+    ]
+
+
+def added_norms(facts: Facts) -> dict[str, AddedNorm]:
+    """Every norm (probe label -> where) whose output some method of its owner adds to another tensor."""
+    found: dict[str, AddedNorm] = {}
+    for owner, norms, prefix in _scopes(facts):
+        if not owner or not norms or owner not in facts.src.classes:
+            continue
+        for method in facts.src.classes[owner].body:
+            if isinstance(method, ast.FunctionDef):
+                for added in norm_outputs_added(method, norms):
+                    found.setdefault(prefix + added.attr, added)
+    return found
+
+
+def _added_evidence(facts: Facts, added: AddedNorm) -> Evidence:
+    first, last = added.bound.lineno, added.add.end_lineno or added.add.lineno
+    if first > last or last - first > 12:
+        return facts.src.evidence(added.add)
+    return facts.src.span(first, last)
+
+
+def decide_in_place(facts: Facts, built: probes.TinyModel) -> Decision:
+    """May Liger's RMSNorm backward write dX into dY's storage? Only if no norm output is added to another tensor.
+
+    The source read (`norm_outputs_added`) says which norms' outputs meet an add; the probe runs the tiny model's
+    backward with every norm emulating that in-place write and compares all gradients with a plain backward.
+    """
+    suspects = added_norms(facts)
+    evidence = [_added_evidence(facts, a) for a in suspects.values()]
+    forward = facts.src.method(facts.decoder_class, "forward")
+    if not evidence and forward is not None:
+        evidence = [facts.src.evidence(forward, max_lines=40)]
+    ast_value = not suspects
+    said = ", ".join(f"{k} (line {a.add.lineno})" for k, a in suspects.items())
+    ast_reason = f"outputs added to another tensor: {said}" if suspects else "no norm output is an operand of an add"
+    try:
+        result = probes.probe_in_place(built.model, built.run_forward, built.norm_groups(facts), tuple(suspects))
+    except Exception as exc:  # a model whose tiny backward cannot run: the source read stands alone
+        reason = f"{ast_reason}; the in-place probe could not run ({type(exc).__name__}: {str(exc)[:120]})"
+        return Decision(ast_value, Method.AST, tuple(evidence), Status.SETTLED, reason)
+    probed = {
+        "gradients": result.residuals,  # per run: parameters whose gradient moved, of all, and the largest move
+        "matched": result.matched,  # the norms that cannot backprop in place (all of them when the value is True)
+        "tolerance": {"gradient_relative": probes.IN_PLACE_TOLERANCE},
+    }
+    first = evidence[0] if evidence else Evidence(facts.src.relative, (1, 1), facts.src.lines[0])
+    evidence = [Evidence(first.file, first.lines, first.snippet, probed), *evidence[1:]]
+    if result.value:
+        reason = "gradients unchanged with every norm backpropagating in place"
+        if suspects:
+            reason += f" (though the source adds {said})"
+    else:
+        reason = f"in place changes the gradients through {', '.join(result.matched)}; {ast_reason}"
+    return Decision(result.value, Method.PROBE, tuple(evidence), Status.SETTLED, reason)
+
+
+def _causal_forward(facts: Facts) -> ast.FunctionDef:
+    forward = facts.src.method(facts.ref.causal_lm_class, "forward")
+    if forward is None:
+        raise PipelineError(f"{facts.ref.causal_lm_class} has no forward in {facts.src.relative}")
+    return forward
+
+
+def decide_hidden_state_access(facts: Facts) -> Decision:
+    forward = _causal_forward(facts)
+    outputs_name = None
+    for stmt in statements(forward.body):
+        value = getattr(stmt, "value", None)
+        if isinstance(stmt, ast.Assign | ast.AnnAssign) and isinstance(value, ast.Call):
+            func = value.func
+            if isinstance(func, ast.Attribute) and func.attr == facts.base_attr:
+                target = stmt.targets[0] if isinstance(stmt, ast.Assign) else stmt.target
+                outputs_name = getattr(target, "id", None)
+                continue
+        if outputs_name is None:
+            continue
+        for node in ast.walk(stmt):
+            if isinstance(node, ast.Attribute) and getattr(node.value, "id", None) == outputs_name:
+                if node.attr == "last_hidden_state":
+                    return Decision("outputs.last_hidden_state", Method.AST, (facts.src.evidence(stmt),))
+            if isinstance(node, ast.Subscript) and getattr(node.value, "id", None) == outputs_name:
+                if isinstance(node.slice, ast.Constant) and node.slice.value == 0:
+                    return Decision("outputs[0]", Method.AST, (facts.src.evidence(stmt),))
+    reason = f"{facts.ref.causal_lm_class}.forward reads no hidden state from self.{facts.base_attr}(...)"
+    return Decision(None, Method.AST, (facts.src.evidence(forward, max_lines=30),), Status.NEEDS_REVIEW, reason)
+
+
+def decide_output_class(facts: Facts) -> Decision:
+    forward = _causal_forward(facts)
+    for node in ast.walk(forward):
+        if isinstance(node, ast.Return) and isinstance(node.value, ast.Call):
+            name = called_names(node.value)[0].rsplit(".", 1)[-1]
+            fields = {kw.arg for kw in node.value.keywords}
+            # decision-matrix rule 9: "MoE (has aux_loss)"; router_logits alone are only returned on request
+            moe = MOE_LOSS_FIELD in fields
+            value = "LigerMoeCausalLMOutputWithPast" if moe else "LigerCausalLMOutputWithPast"
+            extra = sorted(fields & MOE_OUTPUT_FIELDS)
+            reason = f"returns {name}" + (f" with {', '.join(extra)}" if extra else "")
+            if extra and not moe:
+                reason += " but no aux_loss: no load-balancing loss to carry"
+            return Decision(value, Method.AST, (facts.src.evidence(node),), Status.SETTLED, reason)
+    reason = f"{facts.ref.causal_lm_class}.forward returns no output class call"
+    return Decision(None, Method.AST, (facts.src.evidence(forward, max_lines=30),), Status.NEEDS_REVIEW, reason)
+
+
+def decide_softcapping(facts: Facts, config_src: SourceFile | None) -> Decision:
+    evidence: list[Evidence] = []
+    for source in filter(None, (config_src, facts.src)):
+        for i, line in enumerate(source.lines, start=1):
+            if "final_logit_softcapping" in line:
+                evidence.append(source.span(i, i))
+                break
+    if evidence:
+        return Decision(True, Method.AST, tuple(evidence), Status.SETTLED, "config defines final_logit_softcapping")
+    where = config_src or facts.src
+    return Decision(
+        False, Method.AST, (where.span(1, 1),), Status.SETTLED, f"final_logit_softcapping absent from {where.relative}"
+    )
+
+
+# What may happen to the logits between lm_head and the loss without changing the loss Liger's fused linear cross
+# entropy computes: slicing and dtype / layout methods. Softcapping is a decision of its own (logit_softcapping).
+_LOGITS_PASS_THROUGH = frozenset("float to type_as contiguous view reshape".split())
+
+
+def _calls_lm_head(node: ast.AST) -> bool:
+    return any(isinstance(n, ast.Call) and dotted_name(n.func) == "self.lm_head" for n in ast.walk(node))
+
+
+def _passes_through(value: ast.AST, logits: set[str]) -> bool:
+    if isinstance(value, ast.Name):
+        return value.id in logits
+    if isinstance(value, ast.Subscript):
+        return _passes_through(value.value, logits)
+    if isinstance(value, ast.Call) and isinstance(value.func, ast.Attribute):
+        return value.func.attr in _LOGITS_PASS_THROUGH and _passes_through(value.func.value, logits)
+    return False
+
+
+def _is_lm_head_output(value: ast.AST) -> bool:
+    if isinstance(value, ast.Call) and dotted_name(value.func) == "self.lm_head":
+        return True
+    if isinstance(value, ast.Call) and isinstance(value.func, ast.Attribute):
+        return value.func.attr in _LOGITS_PASS_THROUGH and _is_lm_head_output(value.func.value)
+    return False
+
+
+def _softcaps(stmt: ast.stmt) -> bool:
+    """Gemma 2's `logits / cap`, `torch.tanh(logits)`, `logits * cap` with cap = config.final_logit_softcapping."""
+    text = ast.unparse(stmt)
+    return "softcap" in text or dotted_name(getattr(stmt.value, "func", ast.Name(""))) in ("torch.tanh", "tanh")
+
+
+def decide_logits_transform(facts: Facts) -> Decision:
+    """Settled None when CausalLM.forward passes lm_head's output to the loss untouched (slicing, casts and
+    softcapping aside); needs review, citing each statement, when it scales or otherwise transforms the logits."""
+    forward = _causal_forward(facts)
+    logits: set[str] = set()
+    extra: list[ast.stmt] = []
+    for stmt in statements(forward.body):
+        if not isinstance(stmt, ast.Assign | ast.AugAssign | ast.AnnAssign) or stmt.value is None:
+            continue
+        targets = stmt.targets if isinstance(stmt, ast.Assign) else [stmt.target]
+        names = {t.id for t in targets if isinstance(t, ast.Name)}
+        if _calls_lm_head(stmt.value):
+            logits |= names
+            if not _is_lm_head_output(stmt.value):  # Falcon-H1: self.lm_head(h) * self.model.lm_head_multiplier
+                extra.append(stmt)
+            continue
+        if not names & logits:
+            continue
+        if isinstance(stmt, ast.AugAssign) or not (_passes_through(stmt.value, logits) or _softcaps(stmt)):
+            extra.append(stmt)
+    if not logits:
+        reason = f"{facts.ref.causal_lm_class}.forward calls no self.lm_head"
+        return Decision(None, Method.AST, (facts.src.evidence(forward, max_lines=30),), Status.NEEDS_REVIEW, reason)
+    if not extra:
+        evidence = (facts.src.evidence(forward, max_lines=40),)
+        return Decision(None, Method.AST, evidence, Status.SETTLED, "lm_head's output reaches the loss unchanged")
+    found = "; ".join(ast.unparse(s) for s in extra)
+    reason = f"the logits are transformed between lm_head and the loss: {found}"
+    evidence = tuple(facts.src.evidence(s) for s in extra)
+    return Decision(found, Method.AST, evidence, Status.NEEDS_REVIEW, reason)
+
+
+def decide_has_vision(facts: Facts, config_src: SourceFile | None) -> Decision:
+    forward = _causal_forward(facts)
+    params = parameters(forward)
+    if "pixel_values" in params:
+        return Decision(
+            True, Method.AST, (facts.src.evidence(forward, max_lines=3),), reason="forward takes pixel_values"
+        )
+    config_class = facts.ref.config_class
+    if config_src and config_class in config_src.classes:
+        node = config_src.classes[config_class]
+        for child in ast.walk(node):
+            target = getattr(child, "target", None) or (getattr(child, "targets", None) or [None])[0]
+            if getattr(target, "id", None) == "vision_config" or getattr(target, "attr", None) == "vision_config":
+                return Decision(True, Method.AST, (config_src.evidence(child),), reason="config has a vision_config")
+    evidence = (facts.src.evidence(forward, max_lines=3),)
+    return Decision(False, Method.AST, evidence, Status.SETTLED, "no pixel_values in forward, no vision_config")
+
+
+# -- probe decisions -------------------------------------------------------------------------------------------
+
+
+def _probe_decision(result: probes.ProbeResult, value, evidence: Evidence, reason: str = "") -> Decision:
+    probed = Evidence(evidence.file, evidence.lines, evidence.snippet, result.to_json())
+    if not result.settled:
+        return Decision(value, Method.PROBE, (probed,), Status.NEEDS_REVIEW, result.reason)
+    return Decision(value, Method.PROBE, (probed,), Status.SETTLED, reason)
+
+
+def decide_norm_semantics(facts: Facts, built: probes.TinyModel) -> dict[str, Decision]:
+    """rms_casting_mode and rms_offset from the decoder's first norm; every other norm class must agree."""
+    norms = built.norm_modules(facts)
+    if not norms:
+        none = Decision(None, Method.PROBE, (), Status.SETTLED, "the model has no norm layers")
+        return {"rms_casting_mode": none, "rms_offset": none}
+    results = {}
+    for cls_name, module in norms.items():
+        results[cls_name] = probes.probe_norm(module, built.hidden_size_of(module))
+    first_cls = next(iter(norms))
+    first = results[first_cls]
+    node = facts.src.method(first_cls, "forward") or facts.src.classes.get(first_cls)
+    evidence = facts.src.evidence(node) if node is not None else Evidence(facts.src.relative, (1, 1), "")
+    disagree = [c for c, r in results.items() if r.settled and first.settled and r.value != first.value]
+    family, mode, offset = first.value if first.settled else (None, None, None)
+    reason = ""
+    if disagree:
+        reason = f"{', '.join(disagree)} compute differently from {first_cls}: " + "; ".join(
+            f"{c}={results[c].value}" for c in disagree
+        )
+    casting = _probe_decision(first, mode, evidence, reason or f"{first_cls}: {first.matched}")
+    offset_d = _probe_decision(first, offset, evidence, reason)
+    if disagree:
+        casting = Decision(mode, Method.PROBE, casting.evidence, Status.NEEDS_REVIEW, reason)
+        offset_d = Decision(offset, Method.PROBE, offset_d.evidence, Status.NEEDS_REVIEW, reason)
+    if family == "layer":
+        casting = Decision(None, Method.PROBE, casting.evidence, casting.status, "LayerNorm: no RMSNorm casting mode")
+    return {"rms_casting_mode": casting, "rms_offset": offset_d, "_family": family}
+
+
+def decide_mlp_kind(facts: Facts, built: probes.TinyModel) -> Decision:
+    found: list[tuple[str, probes.ProbeResult]] = []
+    dense = built.dense_mlp(facts)
+    if dense is not None:
+        found.append((type(dense).__name__, probes.probe_mlp(dense, built.config.hidden_size)))
+    experts = built.experts(facts)
+    if experts is not None:
+        result = probes.probe_experts(experts, built.config.hidden_size, built.num_experts, built.top_k)
+        found.append((type(experts).__name__, result))
+    if not found:
+        return Decision(None, Method.PROBE, (), Status.NEEDS_REVIEW, "no MLP or experts module found to probe")
+    evidence = []
+    for cls_name, result in found:
+        node = facts.src.method(cls_name, "forward") or facts.src.classes.get(cls_name)
+        base = facts.src.evidence(node) if node is not None else Evidence(facts.src.relative, (1, 1), cls_name)
+        evidence.append(Evidence(base.file, base.lines, base.snippet, {"module": cls_name, **result.to_json()}))
+    found = [(c, probes.ProbeResult("none", [], r.residuals) if _nothing_reproduces(r) else r) for c, r in found]
+    values = {r.value for _, r in found if r.settled}
+    unsettled = [f"{c}: {r.reason}" for c, r in found if not r.settled]
+    if unsettled or len(values) != 1:
+        reason = "; ".join(unsettled) or f"dense MLP and experts differ: {sorted(map(str, values))}"
+        value = values.pop() if len(values) == 1 else None
+        return Decision(value, Method.PROBE, tuple(evidence), Status.NEEDS_REVIEW, reason)
+    value = values.pop()
+    if value == "none":
+        reason = "no Liger MLP kernel reproduces " + "; ".join(f"{c}: {_why_not(r)}" for c, r in found)
+        return Decision(value, Method.PROBE, tuple(evidence), Status.SETTLED, reason)
+    if value not in ("swiglu", "geglu", "phi3_swiglu", "relu_squared"):
+        reason = f"{value}: Liger has no kernel for this MLP"
+        return Decision(value, Method.PROBE, tuple(evidence), Status.NEEDS_REVIEW, reason)
+    proven = " / ".join(f"{c}: {r.matched[0]}" for c, r in found)
+    pre_routed = [c for c, r in found if r.convention == probes.PRE_ROUTED]
+    if pre_routed:
+        proven += f"; {', '.join(pre_routed)} take pre-routed rows: act leaves them to HF, as LigerExperts cannot"
+    return Decision(value, Method.PROBE, tuple(evidence), Status.SETTLED, proven)
+
+
+def decide_structure(facts: Facts, built: probes.TinyModel) -> Decision:
+    kinds = built.layer_kinds(facts)  # per layer of the default config: "moe" | "dense"
+    evidence = tuple(facts.evidence.get("structure", ()))
+    if not kinds:
+        return Decision(None, Method.PROBE, evidence, Status.NEEDS_REVIEW, "no MLP attribute on the decoder layer")
+    counts = {k: kinds.count(k) for k in sorted(set(kinds))}
+    value = "hybrid" if len(counts) > 1 else kinds[0]
+    probe = {"default_config_layers": counts}
+    evidence = tuple(Evidence(e.file, e.lines, e.snippet, probe) for e in evidence)
+    return Decision(value, Method.PROBE, evidence, Status.SETTLED, f"layers of the default config: {counts}")
+
+
+def decide_rope(facts: Facts, built: probes.TinyModel) -> Decision:
+    if facts.rotary_fn is None:
+        forward = facts.src.method(facts.attn_class, "forward") if facts.attn_class else None
+        evidence = (facts.src.evidence(forward, max_lines=30),) if forward else ()
+        return Decision("none", Method.AST, evidence, Status.SETTLED, "the attention calls no rotary function")
+    node = facts.src.functions[facts.rotary_fn]
+    evidence = facts.src.evidence(node, max_lines=40)
+    call = built.capture_rotary(facts)
+    if call is None:
+        reason = f"{facts.rotary_fn} was not called by a forward pass of the tiny model"
+        return Decision(None, Method.PROBE, (evidence,), Status.NEEDS_REVIEW, reason)
+    fn, args, kwargs = call
+    result = probes.probe_rope(fn, parameters(node), args, kwargs)
+    reason = ""
+    if result.settled and result.value == "none":
+        reason = f"{result.matched[0]}: Liger's rotary kernels cannot run it"
+    if result.settled and result.matched == ["partial_rotary"]:
+        reason = "partial rotary: liger_rotary_pos_emb rotates the first cos.shape[-1] dims (ops/rope.py)"
+    if not result.settled and _nothing_reproduces(result):
+        result = probes.ProbeResult("none", [], result.residuals)
+        reason = f"none of Liger's rotary kernels reproduces {facts.rotary_fn}: {_why_not(result)}"
+    return _probe_decision(result, result.value, evidence, reason)
+
+
+def _experts_convention(facts: Facts, built: probes.TinyModel) -> str | None:
+    experts = built.experts(facts)
+    return probes.experts_convention(experts) if experts is not None else None
+
+
+def _nothing_reproduces(result: probes.ProbeResult) -> bool:
+    """Every candidate ran or was ruled out on the HF call's own inputs, and none matched (a proven "none")."""
+    return result.reason == probes.NO_MATCH and bool(result.residuals)
+
+
+def _why_not(result: probes.ProbeResult) -> str:
+    parts = []
+    for name, score in result.residuals.items():
+        parts.append(
+            f"{name} n/a ({score['n/a'][:60]})" if "n/a" in score else f"{name} off by {score.get('fp32'):.2g}"
+        )
+    return "; ".join(parts)
+
+
+def _not_rms(norm: dict[str, Decision], family: str | None) -> Decision:
+    evidence = norm["rms_offset"].evidence
+    reason = "LayerNorm: LigerLayerNorm has no in_place option" if family == "layer" else "no RMSNorm to run in place"
+    return Decision(None, Method.PROBE, evidence, Status.SETTLED, reason)
+
+
+# -- the stage -------------------------------------------------------------------------------------------------
+
+
+def identity(facts: Facts, built: probes.TinyModel) -> Identity:
+    src, ref = facts.src, facts.ref
+    prefix_node = src.class_attribute(ref.causal_lm_class, "base_model_prefix")
+    prefix = prefix_node.value.value if prefix_node and isinstance(prefix_node.value, ast.Constant) else facts.base_attr
+    norm_class = next(iter({**facts.decoder_norms, **facts.final_norms}.values()), None)
+    return Identity(
+        model_type=ref.model_type,
+        display_name=ref.display_name,
+        causal_lm_class=ref.causal_lm_class,
+        base_model_class=facts.base_class,
+        config_class=ref.config_class,
+        decoder_layer_class=facts.decoder_class,
+        modeling_module=f"transformers.models.{ref.module_name}.{src.path.stem}",
+        modeling_file=src.relative,
+        base_model_prefix=prefix,
+        base_model_attr=facts.base_attr,
+        layers_attr=facts.layers_attr,
+        mlp_attr=facts.mlp_attr or "mlp",
+        norm_class=norm_class,
+        mlp_class=facts.mlp_classes[0] if facts.mlp_classes else None,
+        experts_class=facts.experts_class,
+        experts_attr=facts.experts_attr,
+        experts_convention=_experts_convention(facts, built),
+        shared_mlp_attr=facts.shared_attr,
+        shared_mlp_class=facts.shared_class,
+        attn_attr=facts.attn_attr or "self_attn",
+        optional_attrs=facts.optional_norms,
+        rotary_fn=facts.rotary_fn,
+        forward_params=parameters(_causal_forward(facts)),
+    )
+
+
+def understand(name: str) -> Profile:
+    ref = resolve(name)
+    facts = read_facts(ref)
+    config_path = configuration_path(ref.module_name, ref.config_class)
+    config_src = load(config_path) if config_path else None
+    package = f"transformers.models.{ref.module_name}"
+    module = importlib.import_module(f"{package}.{facts.src.path.stem}")
+    config_module = importlib.import_module(f"{package}.{config_path.stem}") if config_path else module
+    built = probes.TinyModel.build(module, getattr(config_module, ref.config_class), facts)
+
+    norm = decide_norm_semantics(facts, built)
+    norm_type = decide_norm_type(facts)
+    family = norm.pop("_family", None)
+    if family and norm_type.value not in (family, "both"):
+        reason = f"class names say {norm_type.value}, the probe computes {family}"
+        norm_type = Decision(family, Method.PROBE, norm_type.evidence, Status.NEEDS_REVIEW, reason)
+    decisions = {
+        "norm_type": norm_type,
+        **norm,
+        "rms_in_place": decide_in_place(facts, built) if family == "rms" else _not_rms(norm, family),
+        "mlp_kind": decide_mlp_kind(facts, built),
+        "structure": decide_structure(facts, built),
+        "has_vision": decide_has_vision(facts, config_src),
+        "rope": decide_rope(facts, built),
+        "output_class": decide_output_class(facts),
+        "hidden_state_access": decide_hidden_state_access(facts),
+        "logit_softcapping": decide_softcapping(facts, config_src),
+        "norm_attrs": decide_norm_attrs(facts),
+    }
+    return Profile(identity(facts, built), decisions, {"logits_transform": decide_logits_transform(facts)})
+
+
+def modeling_file(profile: Profile) -> Path:
+    from pipelines.autopatch.source import site_packages
+
+    return site_packages() / profile.identity.modeling_file

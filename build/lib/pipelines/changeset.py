@@ -1,0 +1,62 @@
+"""A changeset: the files a pipeline writes into the target, and the target's own style applied to them.
+
+Every pipeline that edits the target (autopatch, kernel, fuse) builds one in memory first, so a refusal writes
+nothing, then writes it and runs the target's ruff (its pyproject.toml: isort order, line length 120) on it.
+"""
+
+from __future__ import annotations
+
+import sys
+from dataclasses import dataclass
+from pathlib import Path
+
+from pipelines.commands import run_command
+from pipelines.outcome import PipelineError
+from pipelines.target import Checkout
+
+
+@dataclass(frozen=True)
+class FileChange:
+    path: str  # relative to the checkout root
+    text: str
+    created: bool = False
+
+
+@dataclass(frozen=True)
+class Changeset:
+    changes: tuple[FileChange, ...]
+    notes: tuple[str, ...] = ()  # conservative choices made for decisions that need review
+
+    @property
+    def paths(self) -> list[str]:
+        return [c.path for c in self.changes]
+
+    def write(self, root: Path) -> None:
+        for change in self.changes:
+            path = root / change.path
+            path.parent.mkdir(parents=True, exist_ok=True)
+            with open(path, "w", newline="") as handle:  # the text carries the file's own line endings
+                handle.write(change.text)
+
+
+def edit_file(root: Path, relative: Path, edit) -> FileChange:
+    """Apply `edit(text) -> text` to a file, keeping its line endings (the target's README.md is CRLF)."""
+    with open(root / relative, newline="") as handle:
+        original = handle.read()
+    crlf = "\r\n" in original
+    edited = edit(original.replace("\r\n", "\n"))
+    return FileChange(str(relative), edited.replace("\n", "\r\n") if crlf else edited)
+
+
+def ruff_argv(*args: str) -> list[str]:
+    return [sys.executable, "-m", "ruff", *args]
+
+
+def format_with_target_style(checkout: Checkout, paths: list[str]) -> None:
+    """The target's own ruff configuration (its pyproject.toml) on the touched files: isort order, then format."""
+    paths = [p for p in paths if p.endswith(".py")]
+    # lint findings that --fix cannot repair are the checkstyle gate's to report, not an error here
+    run_command(ruff_argv("check", "--fix", "--quiet", *paths), cwd=checkout.root, timeout=120)
+    fmt = run_command(ruff_argv("format", "--quiet", *paths), cwd=checkout.root, timeout=120)
+    if not fmt.ok:
+        raise PipelineError(f"ruff format failed on the generated files:\n{fmt.tail()}")

@@ -1,0 +1,68 @@
+"""`liger_fuse.compile(model)`: torch.compile with the loop capture and the graph pass in front of a compiler.
+
+A torch.compile *backend* (not Inductor's global custom-pass hooks) because (1) it sees Dynamo's torch-level
+graph before AOTAutograd, where a replacement's custom op still brings its own backward, (2) it is scoped to
+one compile call instead of a process-wide config, and (3) it composes with any inner compiler (inductor on
+GPU, aot_eager for fast CPU checks).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass
+from dataclasses import field
+
+import torch
+
+from pipelines.fuse.runtime.families import default_registry
+from pipelines.fuse.runtime.graph_pass import fuse_pass
+from pipelines.fuse.runtime.loop_capture import capture_loops
+from pipelines.fuse.runtime.registry import Registry
+
+
+@dataclass
+class FuseStats:
+    """What one compiled model did: graphs compiled (a recompile counts again) and patterns replaced."""
+
+    registry: Registry
+    graphs_compiled: int = 0
+    loops_captured: int = 0
+    graph_sizes: list[int] = field(default_factory=list)
+
+    @property
+    def replaced(self) -> dict[str, int]:
+        return dict(self.registry.replaced)
+
+    @property
+    def declined(self) -> dict[str, int]:
+        return dict(self.registry.declined)
+
+
+def make_backend(stats: FuseStats, inner: str | Callable = "inductor") -> Callable:
+    def liger_fuse_backend(gm: torch.fx.GraphModule, example_inputs):
+        stats.graphs_compiled += 1
+        fuse_pass(gm, stats.registry)
+        stats.graph_sizes.append(len(gm.graph.nodes))
+        return _inner(inner)(gm, example_inputs)
+
+    return liger_fuse_backend
+
+
+def _inner(inner: str | Callable) -> Callable:
+    if callable(inner):
+        return inner
+    if inner == "inductor":
+        from torch._inductor.compile_fx import compile_fx
+
+        return compile_fx
+    return torch._dynamo.lookup_backend(inner)
+
+
+def compile(model, *, registry: Registry | None = None, inner: str | Callable = "inductor", **compile_kwargs):
+    """torch.compile(model) with our pass; the compiled model carries `liger_fuse_stats` (FuseStats)."""
+    stats = FuseStats(registry or default_registry())
+    if isinstance(model, torch.nn.Module):
+        stats.loops_captured = capture_loops(model, stats.registry)
+    compiled = torch.compile(model, backend=make_backend(stats, inner), **compile_kwargs)
+    compiled.liger_fuse_stats = stats
+    return compiled

@@ -1,0 +1,93 @@
+"""The kernels the default registry holds, by family, with their conditions and measured timings."""
+
+from __future__ import annotations
+
+import importlib.util
+import json
+from pathlib import Path
+
+import torch
+
+from pipelines.fuse.runtime.patterns import PATTERNS
+from pipelines.fuse.runtime.pooling import interpreter_active
+from pipelines.fuse.runtime.registry import Condition
+from pipelines.fuse.runtime.registry import Kernel
+from pipelines.fuse.runtime.registry import Registry
+
+TIMINGS = Path(__file__).with_name("timings.json")  # written from benchmarks/pooling_h200.py's JSON
+
+
+def triton_partitioned_mean(values, offsets):
+    return torch.ops.liger_fuse.partitioned_mean(values, offsets)
+
+
+def liger_rms_norm(x, weight, eps):
+    from liger_kernel.ops.rms_norm import LigerRMSNormFunction
+
+    return LigerRMSNormFunction.apply(x, weight, eps, 0.0, "llama", False)
+
+
+def liger_swiglu(gate, up):
+    from liger_kernel.ops.swiglu import LigerSiLUMulFunction
+
+    return LigerSiLUMulFunction.apply(gate, up)
+
+
+def _liger_importable(spec) -> bool:
+    return importlib.util.find_spec("liger_kernel") is not None
+
+
+def _triton_runs(spec) -> bool:
+    return spec.device == "cuda" or interpreter_active()
+
+
+KERNEL_FUNCTIONS = {
+    "triton_partitioned_mean": triton_partitioned_mean,
+    "liger_rms_norm": liger_rms_norm,
+    "liger_swiglu": liger_swiglu,
+}
+
+
+def default_kernels() -> list[Kernel]:
+    float_types = (torch.float32, torch.bfloat16)
+    no_liger = "liger_kernel is not importable (pip install -e the target checkout)"
+    return [
+        Kernel(
+            "triton_partitioned_mean",
+            "partitioned_mean",
+            Condition(("cuda", "cpu"), float_types, (2,), _triton_runs, "CPU without TRITON_INTERPRET=1"),
+        ),
+        # Liger's Triton kernels do not run under the interpreter on CPU: CUDA only
+        Kernel(
+            "liger_rms_norm",
+            "rms_norm",
+            Condition(("cuda",), (*float_types, torch.float16), (), _liger_importable, no_liger),
+        ),
+        Kernel(
+            "liger_swiglu",
+            "swiglu",
+            Condition(("cuda",), (*float_types, torch.float16), (), _liger_importable, no_liger),
+        ),
+    ]
+
+
+def load_timings(kernels: list[Kernel], path: Path = TIMINGS) -> None:
+    """timings.json: {kernel: {gpu: {bucket: ms}}}; absent file or kernel = untimed (ranked last)."""
+    if not path.is_file():
+        return
+    table = json.loads(path.read_text())
+    for kernel in kernels:
+        for gpu, buckets in table.get(kernel.name, {}).items():
+            for bucket, ms in buckets.items():
+                kernel.timings_ms[(gpu, bucket)] = float(ms)
+
+
+def default_registry() -> Registry:
+    registry = Registry()
+    kernels = default_kernels()
+    load_timings(kernels)
+    for kernel in kernels:
+        registry.register_kernel(kernel)
+    for pattern in PATTERNS:
+        registry.register_pattern(pattern)
+    return registry

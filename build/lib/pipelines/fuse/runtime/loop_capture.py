@@ -1,0 +1,329 @@
+"""Module-level capture of the data-dependent Python loop `stack([values[o[i]:o[i+1]].mean(0) for i ...])`.
+
+Dynamo cannot keep that loop in one graph: `offsets.tolist()` breaks the graph, and the code after the break
+is traced with the list's ints as constants, unrolled B times and recompiled for every new batch of lengths.
+So before Dynamo sees a module, its `forward` source is rewritten (ast): the loop (append form or list
+comprehension, over `range(len(o) - 1)` or `zip(o[:-1], o[1:])`) becomes one call of the pooling custom op on
+the offsets *tensor*, behind a check that keeps the original loop as the fallback:
+
+    if __liger_fuse_loops__.applies(values.device.type, values.dtype, values.dim()):
+        pooled = __liger_fuse_loops__.pool(values, offsets)
+    else:
+        <the original statements>
+
+The check is evaluated once at trace time (assume_constant_result), so only one branch is traced.
+"""
+
+from __future__ import annotations
+
+import ast
+import copy
+import inspect
+import textwrap
+import types
+from dataclasses import dataclass
+
+import torch
+
+from pipelines.fuse.runtime.families import KERNEL_FUNCTIONS
+from pipelines.fuse.runtime.registry import OperandSpec
+from pipelines.fuse.runtime.registry import Registry
+
+HELPER = "__liger_fuse_loops__"
+PATTERN_NAME = "loop_slice_mean_stack"
+
+
+@dataclass(frozen=True)
+class LoopMatch:
+    values: ast.expr
+    offsets: ast.expr
+
+
+class LoopHelpers:
+    """What rewritten code calls. `applies` answers from static facts only, so Dynamo can fold it."""
+
+    def __init__(self, registry: Registry):
+        self.registry = registry
+
+        @torch.compiler.assume_constant_result
+        def applies(device: str, dtype: torch.dtype, rank: int) -> bool:
+            kernel, _ = self.registry.pick("partitioned_mean", OperandSpec(device, dtype, (1,) * rank))
+            return kernel is not None
+
+        self.applies = applies
+
+    @staticmethod
+    def pool(values: torch.Tensor, offsets) -> torch.Tensor:
+        if not isinstance(offsets, torch.Tensor):
+            offsets = torch.tensor(offsets, dtype=torch.int64, device=values.device)
+        return KERNEL_FUNCTIONS["triton_partitioned_mean"](values, offsets)
+
+
+def capture_loops(model: torch.nn.Module, registry: Registry) -> int:
+    """Rewrite the forward of every submodule that holds the loop; returns how many loops were captured."""
+    helpers = LoopHelpers(registry)
+    captured = 0
+    for module in model.modules():
+        rewritten, count = rewrite_function(type(module).forward, helpers)
+        if count:
+            module.forward = types.MethodType(rewritten, module)
+            captured += count
+            for _ in range(count):
+                registry.note_replaced(PATTERN_NAME, "triton_partitioned_mean", type(module).__qualname__)
+    return captured
+
+
+def rewrite_function(function, helpers: LoopHelpers):
+    """(new function, loops captured) or (function, 0) when there is nothing to capture or no source."""
+    if function.__code__.co_freevars:
+        return function, 0  # a closure (or zero-argument super()) cannot be rebuilt from source
+    try:
+        source = textwrap.dedent(inspect.getsource(function))
+    except (OSError, TypeError):
+        return function, 0
+    tree = ast.parse(source)
+    definition = tree.body[0]
+    if not isinstance(definition, ast.FunctionDef):
+        return function, 0
+    definition.decorator_list = []
+    rewriter = _LoopRewriter(definition)
+    rewriter.visit(definition)
+    if not rewriter.count:
+        return function, 0
+    ast.fix_missing_locations(tree)
+    namespace = dict(function.__globals__)
+    namespace[HELPER] = helpers
+    code = compile(tree, f"<liger_fuse rewrite of {function.__qualname__}>", "exec")
+    exec(code, namespace)
+    rewritten = namespace[definition.name]
+    rewritten.__qualname__ = function.__qualname__
+    return rewritten, rewriter.count
+
+
+class _LoopRewriter(ast.NodeTransformer):
+    def __init__(self, definition: ast.FunctionDef):
+        self.definition = definition
+        self.count = 0
+
+    def generic_visit(self, node):
+        super().generic_visit(node)
+        for name in ("body", "orelse", "finalbody"):
+            statements = getattr(node, name, None)
+            if isinstance(statements, list) and statements and isinstance(statements[0], ast.stmt):
+                setattr(node, name, self._rewrite_block(statements))
+        return node
+
+    def _rewrite_block(self, statements: list[ast.stmt]) -> list[ast.stmt]:
+        out = []
+        i = 0
+        while i < len(statements):
+            found = _append_loop(statements, i) or _comprehension(statements[i])
+            if found is None:
+                out.append(statements[i])
+                i += 1
+                continue
+            span, target, match = found
+            region = statements[i : i + span]
+            out = self._guarded(out, region, target, match)
+            i += span
+            self.count += 1
+        return out
+
+    def _guarded(self, preceding: list[ast.stmt], region, target, match: LoopMatch) -> list[ast.stmt]:
+        offsets, fallback = match.offsets, list(region)
+        source = _tolist_source(preceding, offsets)
+        if source is not None:
+            offsets = source.value.func.value  # o = t.tolist()  ->  pool over t
+            if _uses(self.definition, source.targets[0].id, exclude=[source, *region]) == 0:
+                preceding = [s for s in preceding if s is not source]
+                fallback = [source, *fallback]  # the graph-breaking tolist only runs on the fallback path
+        call = _helper_call("pool", [copy.deepcopy(match.values), copy.deepcopy(offsets)])
+        fast = ast.Return(call) if target is None else ast.Assign([copy.deepcopy(target)], call)
+        values = match.values
+        check = _helper_call(
+            "applies",
+            [
+                _attr(_attr(copy.deepcopy(values), "device"), "type"),
+                _attr(copy.deepcopy(values), "dtype"),
+                ast.Call(_attr(copy.deepcopy(values), "dim"), [], []),
+            ],
+        )
+        return [*preceding, ast.If(check, [fast], fallback)]
+
+
+def _helper_call(name: str, args: list[ast.expr]) -> ast.Call:
+    return ast.Call(_attr(ast.Name(HELPER, ast.Load()), name), args, [])
+
+
+def _attr(value: ast.expr, name: str) -> ast.Attribute:
+    return ast.Attribute(value, name, ast.Load())
+
+
+def _append_loop(statements, i):
+    """`acc = []; for ...: acc.append(<mean of slice>); out = torch.stack(acc)` -> (3, out target, match)."""
+    if i + 2 >= len(statements):
+        return None
+    init, loop, stack = statements[i : i + 3]
+    if not (isinstance(init, ast.Assign) and len(init.targets) == 1 and isinstance(init.targets[0], ast.Name)):
+        return None
+    if not (isinstance(init.value, ast.List) and not init.value.elts):
+        return None
+    name = init.targets[0].id
+    if not isinstance(loop, ast.For) or loop.orelse or len(loop.body) != 1 or not isinstance(loop.body[0], ast.Expr):
+        return None
+    append = loop.body[0].value
+    if not (_is_method(append, "append") and _is_name(append.func.value, name) and len(append.args) == 1):
+        return None
+    target, stacked = _stack_statement(stack)
+    if not (isinstance(stacked, ast.Name) and stacked.id == name):
+        return None
+    match = _mean_over_partitions(append.args[0], loop.target, loop.iter)
+    return (3, target, match) if match else None
+
+
+def _comprehension(statement):
+    """`out = torch.stack([<mean of slice> for ... in ...])` (or `return torch.stack(...)`)."""
+    target, stacked = _stack_statement(statement)
+    if not isinstance(stacked, ast.ListComp) or len(stacked.generators) != 1:
+        return None
+    generator = stacked.generators[0]
+    if generator.ifs or generator.is_async:
+        return None
+    match = _mean_over_partitions(stacked.elt, generator.target, generator.iter)
+    return (1, target, match) if match else None
+
+
+def _stack_statement(statement):
+    """(assignment target or None for return, the stacked expression) for `x = torch.stack(e[, 0])`."""
+    if isinstance(statement, ast.Assign) and len(statement.targets) == 1:
+        target, value = statement.targets[0], statement.value
+    elif isinstance(statement, ast.Return) and statement.value is not None:
+        target, value = None, statement.value
+    else:
+        return None, None
+    if not (isinstance(value, ast.Call) and _dotted(value.func) in ("torch.stack", "stack") and value.args):
+        return None, None
+    dims = [k.value for k in value.keywords if k.arg == "dim"] + value.args[1:]
+    if any(not (isinstance(d, ast.Constant) and d.value == 0) for d in dims) or len(value.args) > 2:
+        return None, None
+    return target, value.args[0]
+
+
+def _mean_over_partitions(element, target, iterable) -> LoopMatch | None:
+    """values and offsets, when `element` is the mean over rows of `values[offsets[i]:offsets[i+1]]`."""
+    sliced = _rows_mean(element)
+    if not isinstance(sliced, ast.Subscript) or not isinstance(sliced.slice, ast.Slice) or sliced.slice.step:
+        return None
+    values, lower, upper = sliced.value, sliced.slice.lower, sliced.slice.upper
+    if any(isinstance(n, ast.Call) for n in ast.walk(values)):
+        return None  # evaluated twice (check + call): only plain names and attributes
+    offsets = _range_form(target, iterable, lower, upper) or _zip_form(target, iterable, lower, upper)
+    return LoopMatch(values, offsets) if offsets is not None else None
+
+
+def _rows_mean(node):
+    if _is_method(node, "mean") and _dotted(node.func) != "torch.mean":
+        dims = node.args or [k.value for k in node.keywords if k.arg == "dim"]
+        other = [k for k in node.keywords if k.arg != "dim"]
+        ok = len(dims) == 1 and isinstance(dims[0], ast.Constant) and dims[0].value == 0 and not other
+        return node.func.value if ok else None
+    if isinstance(node, ast.Call) and _dotted(node.func) == "torch.mean" and node.args:
+        dims = node.args[1:] or [k.value for k in node.keywords if k.arg == "dim"]
+        ok = len(dims) == 1 and isinstance(dims[0], ast.Constant) and dims[0].value == 0
+        return node.args[0] if ok else None
+    return None
+
+
+def _range_form(target, iterable, lower, upper):
+    """for i in range(len(o) - 1): values[o[i]:o[i + 1]]  ->  o."""
+    if not (isinstance(target, ast.Name) and isinstance(iterable, ast.Call) and _dotted(iterable.func) == "range"):
+        return None
+    if len(iterable.args) != 1:
+        return None
+    bound = iterable.args[0]
+    if not (isinstance(bound, ast.BinOp) and isinstance(bound.op, ast.Sub) and _is_const(bound.right, 1)):
+        return None
+    counted = bound.left
+    if not (isinstance(counted, ast.Call) and _dotted(counted.func) == "len" and len(counted.args) == 1):
+        return None
+    offsets, index = counted.args[0], target.id
+    if not (isinstance(lower, ast.Subscript) and ast.dump(lower.value) == ast.dump(offsets)):
+        return None
+    if not _is_name(lower.slice, index):
+        return None
+    upper_index = upper.slice if isinstance(upper, ast.Subscript) else None
+    if upper_index is None or ast.dump(upper.value) != ast.dump(offsets):
+        return None
+    ok = isinstance(upper_index, ast.BinOp) and isinstance(upper_index.op, ast.Add)
+    ok = ok and _is_name(upper_index.left, index) and _is_const(upper_index.right, 1)
+    return offsets if ok else None
+
+
+def _zip_form(target, iterable, lower, upper):
+    """for s, e in zip(o[:-1], o[1:]): values[s:e]  ->  o."""
+    if not (
+        isinstance(target, ast.Tuple) and len(target.elts) == 2 and all(isinstance(t, ast.Name) for t in target.elts)
+    ):
+        return None
+    if not (isinstance(iterable, ast.Call) and _dotted(iterable.func) == "zip" and len(iterable.args) == 2):
+        return None
+    head, tail = iterable.args
+    if not (isinstance(head, ast.Subscript) and isinstance(tail, ast.Subscript)):
+        return None
+    if ast.dump(head.value) != ast.dump(tail.value):
+        return None
+    if not (_is_slice(head.slice, None, -1) and _is_slice(tail.slice, 1, None)):
+        return None
+    if not (_is_name(lower, target.elts[0].id) and _is_name(upper, target.elts[1].id)):
+        return None
+    return head.value
+
+
+def _tolist_source(preceding: list[ast.stmt], offsets: ast.expr):
+    """The statement `o = t.tolist()` that bound the offsets name, when it precedes in the same block."""
+    if not isinstance(offsets, ast.Name):
+        return None
+    for statement in reversed(preceding):
+        if isinstance(statement, ast.Assign) and any(_is_name(t, offsets.id) for t in statement.targets):
+            ok = len(statement.targets) == 1 and _is_method(statement.value, "tolist") and not statement.value.args
+            return statement if ok else None
+    return None
+
+
+def _uses(definition: ast.FunctionDef, name: str, exclude: list[ast.stmt]) -> int:
+    skipped = {id(n) for statement in exclude for n in ast.walk(statement)}
+    return sum(1 for n in ast.walk(definition) if isinstance(n, ast.Name) and n.id == name and id(n) not in skipped)
+
+
+def _is_method(node, name: str) -> bool:
+    return isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute) and node.func.attr == name
+
+
+def _is_name(node, name: str) -> bool:
+    return isinstance(node, ast.Name) and node.id == name
+
+
+def _is_const(node, value) -> bool:
+    return isinstance(node, ast.Constant) and node.value == value
+
+
+def _is_slice(node, lower, upper) -> bool:
+    if not isinstance(node, ast.Slice) or node.step is not None:
+        return False
+    return _const_or_none(node.lower) == lower and _const_or_none(node.upper) == upper
+
+
+def _const_or_none(node):
+    if node is None:
+        return None
+    if isinstance(node, ast.UnaryOp) and isinstance(node.op, ast.USub) and isinstance(node.operand, ast.Constant):
+        return -node.operand.value
+    return node.value if isinstance(node, ast.Constant) else object()
+
+
+def _dotted(node) -> str:
+    if isinstance(node, ast.Name):
+        return node.id
+    if isinstance(node, ast.Attribute):
+        return f"{_dotted(node.value)}.{node.attr}"
+    return ""

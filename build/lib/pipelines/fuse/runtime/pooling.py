@@ -1,0 +1,362 @@
+"""Partitioned mean pooling as custom ops torch.compile traces (ops -> autograd -> functional, Liger-style).
+
+`liger_fuse::partitioned_mean(values [N, D], offsets [B+1]) -> [B, D]` and the grouped form
+`liger_fuse::grouped_partitioned_mean(values[], offsets[]) -> out[]`, one Triton launch forward and one backward
+(the forward also clears a B-entry int32 counter array that only partitions longer than R rows use).
+
+`partitioned_mean` is a `torch.library.triton_op`: Inductor traces into it and launches the Triton kernels from
+its generated code, so the op costs no Python dispatch inside a compiled model. Triton's interpreter cannot run
+on the fake tensors a trace uses, so under TRITON_INTERPRET=1 the op calls an opaque custom op instead. The
+kernels' module is imported on first use, but `triton_op` imports triton itself (torch 2.13): the interpreter has
+to be switched on before this module is imported (see `interpreter_active`).
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+
+import torch
+
+SUPPORTED_DTYPES = (torch.float32, torch.bfloat16)
+
+
+def interpreter_active() -> bool:
+    """Triton interprets kernels only if TRITON_INTERPRET was set before triton.language was imported: its own jit
+    functions (tl.cdiv, tl.sum) are made then, and a kernel calling one made for the GPU fails on CPU tensors."""
+    if os.environ.get("TRITON_INTERPRET", "0") in ("", "0"):
+        return False
+    language = sys.modules.get("triton.language")
+    if language is None:
+        return True
+    from triton.runtime.interpreter import InterpretedFunction
+
+    return isinstance(language.cdiv, InterpretedFunction)
+
+
+def can_run_on(device: torch.device) -> bool:
+    """Triton runs on CUDA, or on the CPU through its interpreter."""
+    return device.type == "cuda" or (device.type == "cpu" and interpreter_active())
+
+
+def _kernels():
+    from pipelines.fuse.runtime import pooling_kernels
+
+    return pooling_kernels
+
+
+# every forward launch names these (a launch traced through wrap_triton gets no constexpr defaults); the sweep's
+# choices override them per dtype
+FORWARD_DEFAULTS = {"UNROLL": 1, "LOOP_STAGES": 1, "PAIRS": False}
+
+
+def launch_config(
+    total_rows: int,
+    width: int,
+    device: torch.device,
+    dtype: torch.dtype = torch.float32,
+    backward: bool = False,
+    pairs: bool = False,
+) -> dict:
+    """R (rows a program reduces; a longer partition is split), BLOCK_N rows per step, BLOCK_D columns, and for the
+    forward how many tile loads a step keeps in flight (UNROLL), how deep its loop is pipelined (LOOP_STAGES) and,
+    where `pairs` says the bf16 values allow it, whether it reads them as 32-bit words (PAIRS)."""
+    config = _tuned_config(total_rows, width, device, dtype, backward, pairs)
+    return config if backward else {**FORWARD_DEFAULTS, **config}
+
+
+def _tuned_config(
+    total_rows: int, width: int, device: torch.device, dtype: torch.dtype, backward: bool, pairs: bool
+) -> dict:
+    block_d = min(256, triton_next_power_of_2(max(width, 1)))
+    if device.type != "cuda":
+        # the interpreter prefers few, large programs; R stays small enough that tests split partitions
+        return {"R": max(4, triton_next_power_of_2(max(total_rows // 4, 1))), "BLOCK_N": 4, "BLOCK_D": block_d}
+    cuda = {"R": 512, "BLOCK_N": 32, "num_warps": 4, "num_stages": 2}
+    if backward:  # stores only, so nothing to keep in flight; R 128 evens out the programs (run 5: skewed fp32 -19%)
+        return {**cuda, "R": 128, "BLOCK_D": block_d}
+    # H200 sweeps (benchmarks/NOTES.md, fuse / pooling, runs 4 and 5): least forward kernel time summed over uniform,
+    # skewed and single lengths at B=1024, N=205,829, D=256. fp32 keeps 4 tiles of loads in flight; bf16 reads its
+    # rows as 32-bit words (a bf16 row tile stalls on shared-memory traffic) through a 3-stage pipelined loop.
+    # R 1024: one partition of N rows still spreads over N / 1024 programs, ~200-row partitions stay whole.
+    if dtype == torch.bfloat16 and pairs:
+        unroll = 2 if _shared_memory(device) >= 96 * 1024 else 1  # 2 tiles x 3 stages buffer 64 KB per program
+        return {**cuda, "R": 1024, "BLOCK_D": block_d, "UNROLL": unroll, "LOOP_STAGES": 3, "PAIRS": True}
+    if dtype == torch.bfloat16:  # odd widths, misaligned values, the grouped kernel: bf16 row tiles (run 4)
+        return {**cuda, "BLOCK_D": min(128, block_d), "LOOP_STAGES": 3}
+    return {**cuda, "R": 1024, "BLOCK_D": min(128, block_d), "UNROLL": 4}
+
+
+def _shared_memory(device: torch.device) -> int:
+    """Shared memory one program may use on this GPU (0 where torch does not say)."""
+    if not torch.cuda.is_available():
+        return 0
+    return getattr(torch.cuda.get_device_properties(device), "shared_memory_per_block_optin", 0)
+
+
+def triton_next_power_of_2(n: int) -> int:
+    return 1 << (int(n) - 1).bit_length() if n > 1 else 1
+
+
+def _log_b(partitions: int) -> int:
+    return max(1, int(partitions).bit_length())
+
+
+def _cdiv(a, b):
+    return -(-a // b)
+
+
+def _launcher(kernel, traceable: bool):
+    """wrap_triton only inside a triton_op's body, where a trace may be running: called outside one, the wrapper
+    goes through the higher-order-op dispatcher on every launch (direct calls took 0.19-0.55 ms on the H200)."""
+    return torch.library.wrap_triton(kernel) if traceable and not interpreter_active() else kernel
+
+
+def _check(values: torch.Tensor, offsets: torch.Tensor) -> None:
+    torch._check(values.dim() == 2, lambda: f"values must be [N, D], got {tuple(values.shape)}")
+    torch._check(offsets.dim() == 1 and offsets.shape[0] >= 2, lambda: "offsets must be [B+1] with B >= 1")
+    torch._check(values.dtype in SUPPORTED_DTYPES, lambda: f"values dtype {values.dtype} is not fp32/bf16")
+
+
+def _readable_in_pairs(values: torch.Tensor) -> bool:
+    """bf16 rows of even width starting on a 4-byte boundary can be read as 32-bit words (allocations are aligned;
+    an even element offset keeps them so). Under a trace with symbolic sizes this adds a guard (an odd width later
+    recompiles) rather than giving the words up."""
+    from torch.fx.experimental.symbolic_shapes import guard_or_false
+
+    if values.dtype != torch.bfloat16:
+        return False
+    return guard_or_false(values.shape[1] % 2 == 0) and guard_or_false(values.storage_offset() % 2 == 0)
+
+
+def partitioned_mean_forward(
+    values: torch.Tensor,
+    offsets: torch.Tensor,
+    config: dict | None = None,
+    counters: torch.Tensor | None = None,
+    traceable: bool = False,
+) -> torch.Tensor:
+    """One launch; `counters` (int32, >= B * D-blocks, all zero; left zero) saves the clear when reused."""
+    _check(values, offsets)
+    values = values.contiguous()
+    offsets = offsets.to(torch.int64).contiguous()
+    n, d = values.shape
+    b = offsets.shape[0] - 1
+    pairs = _readable_in_pairs(values)
+    cfg = {**FORWARD_DEFAULTS, **(config or launch_config(n, d, values.device, values.dtype, pairs=pairs))}
+    cfg["PAIRS"] = cfg["PAIRS"] and pairs
+    rows_per_program = cfg.pop("R")
+    grid = (b + n // rows_per_program, _cdiv(d, cfg["BLOCK_D"]))
+    out = values.new_empty(b, d)
+    workspace = torch.empty(grid[0], d, dtype=torch.float32, device=values.device)
+    if counters is None:
+        counters = torch.zeros(b * grid[1], dtype=torch.int32, device=values.device)
+    kernel = _launcher(_kernels().partitioned_mean_fwd_kernel, traceable)
+    kernel[grid](values, offsets, out, workspace, counters, b, d, rows_per_program, LOG_B=_log_b(b), **cfg)
+    return out
+
+
+def partitioned_mean_backward(
+    grad_out: torch.Tensor, offsets: torch.Tensor, rows: int, config: dict | None = None, traceable: bool = False
+):
+    grad_out = grad_out.contiguous()
+    offsets = offsets.to(torch.int64).contiguous()
+    b, d = grad_out.shape
+    cfg = dict(config or launch_config(rows, d, grad_out.device, grad_out.dtype, backward=True))
+    rows_per_program = cfg.pop("R")
+    grad_values = grad_out.new_empty(rows, d)
+    grid = (b + rows // rows_per_program, _cdiv(d, cfg["BLOCK_D"]))
+    kernel = _launcher(_kernels().partitioned_mean_bwd_kernel, traceable)
+    kernel[grid](grad_out, offsets, grad_values, b, rows, d, rows_per_program, LOG_B=_log_b(b), **cfg)
+    return grad_values
+
+
+def _tables(tensors: list[torch.Tensor], device) -> torch.Tensor:
+    return torch.tensor([t.data_ptr() for t in tensors], dtype=torch.int64, device=device)
+
+
+def _prefix(counts: list[int]) -> list[int]:
+    out = [0]
+    for count in counts:
+        out.append(out[-1] + count)
+    return out
+
+
+def _grouped_plan(rows: list[int], widths: list[int], partitions: list[int], device, dtype, backward=False):
+    """(config, rows per program, program base per feature, grid, [B, N, D, first counter] per feature)."""
+    cfg = launch_config(max(rows), max(widths), device, dtype, backward)
+    cfg.pop("PAIRS", None)  # the grouped kernel reads row tiles: a feature's D may be odd
+    rows_per_program = cfg.pop("R")
+    tile_base = _prefix([b + n // rows_per_program for b, n in zip(partitions, rows, strict=True)])
+    counter_base = _prefix(partitions)
+    shapes = [v for quad in zip(partitions, rows, widths, counter_base, strict=False) for v in quad]
+    grid = (tile_base[-1], _cdiv(max(widths), cfg["BLOCK_D"]))
+    tables = (torch.tensor(tile_base, dtype=torch.int64, device=device),)
+    tables += (torch.tensor(shapes, dtype=torch.int64, device=device),)
+    return cfg, rows_per_program, grid, tables
+
+
+def grouped_partitioned_mean_forward(values: list[torch.Tensor], offsets: list[torch.Tensor]) -> list[torch.Tensor]:
+    torch._check(len(values) == len(offsets) and len(values) > 0, lambda: "one offsets tensor per feature")
+    dtype = values[0].dtype
+    for v, o in zip(values, offsets, strict=False):
+        _check(v, o)
+        torch._check(v.dtype == dtype, lambda: "every feature of one group shares a dtype")
+    device = values[0].device
+    values = [v.contiguous() for v in values]
+    offsets = [o.to(torch.int64).contiguous() for o in offsets]
+    widths = [v.shape[1] for v in values]
+    partitions = [o.shape[0] - 1 for o in offsets]
+    cfg, rows_per_program, grid, (tile_base, shapes) = _grouped_plan(
+        [v.shape[0] for v in values], widths, partitions, device, dtype
+    )
+    # separate buffers: a custom op's outputs must not alias each other
+    outs = [torch.empty(b, d, dtype=dtype, device=device) for b, d in zip(partitions, widths, strict=False)]
+    workspace = torch.empty(grid[0], max(widths), dtype=torch.float32, device=device)
+    counters = torch.zeros(sum(partitions) * grid[1], dtype=torch.int32, device=device)
+    _kernels().grouped_partitioned_mean_fwd_kernel[grid](
+        _tables(values, device),
+        _tables(offsets, device),
+        _tables(outs, device),
+        shapes,
+        tile_base,
+        workspace,
+        counters,
+        max(widths),
+        F=len(values),
+        ELEM=_triton_dtype(dtype),
+        LOG_B=_log_b(max(partitions)),
+        R=rows_per_program,
+        **cfg,
+    )
+    return outs
+
+
+def grouped_partitioned_mean_backward(grads: list[torch.Tensor], offsets: list[torch.Tensor], rows: list[int]):
+    device = grads[0].device
+    grads = [g.contiguous() for g in grads]
+    offsets = [o.to(torch.int64).contiguous() for o in offsets]
+    widths = [g.shape[1] for g in grads]
+    partitions = [g.shape[0] for g in grads]
+    cfg, rows_per_program, grid, (tile_base, shapes) = _grouped_plan(
+        rows, widths, partitions, device, grads[0].dtype, backward=True
+    )
+    grad_values = [
+        torch.empty(n, d, dtype=g.dtype, device=device) for n, d, g in zip(rows, widths, grads, strict=False)
+    ]
+    _kernels().grouped_partitioned_mean_bwd_kernel[grid](
+        _tables(grads, device),
+        _tables(offsets, device),
+        _tables(grad_values, device),
+        shapes,
+        tile_base,
+        F=len(grads),
+        ELEM=_triton_dtype(grads[0].dtype),
+        LOG_B=_log_b(max(partitions)),
+        R=rows_per_program,
+        **cfg,
+    )
+    return grad_values
+
+
+def _triton_dtype(dtype: torch.dtype):
+    import triton.language as tl
+
+    return {torch.float32: tl.float32, torch.bfloat16: tl.bfloat16}[dtype]
+
+
+# --- opaque custom ops: the kernels launched from Python; what the interpreter (CPU) path runs ---
+
+
+@torch.library.custom_op("liger_fuse::partitioned_mean_opaque", mutates_args=())
+def partitioned_mean_opaque(values: torch.Tensor, offsets: torch.Tensor) -> torch.Tensor:
+    return partitioned_mean_forward(values, offsets)
+
+
+@partitioned_mean_opaque.register_fake
+def _(values, offsets):
+    return values.new_empty(offsets.shape[0] - 1, values.shape[1])
+
+
+@torch.library.custom_op("liger_fuse::partitioned_mean_backward_opaque", mutates_args=())
+def partitioned_mean_backward_opaque(grad_out: torch.Tensor, offsets: torch.Tensor, rows: int) -> torch.Tensor:
+    return partitioned_mean_backward(grad_out, offsets, rows)
+
+
+@partitioned_mean_backward_opaque.register_fake
+def _(grad_out, offsets, rows):
+    return grad_out.new_empty(rows, grad_out.shape[1])
+
+
+# --- triton ops: what torch.compile sees; Inductor inlines their kernels (differentiable via register_autograd) ---
+
+
+@torch.library.triton_op("liger_fuse::partitioned_mean", mutates_args=())
+def partitioned_mean(values: torch.Tensor, offsets: torch.Tensor) -> torch.Tensor:
+    if interpreter_active():
+        return partitioned_mean_opaque(values, offsets)
+    return partitioned_mean_forward(values, offsets, traceable=True)
+
+
+@torch.library.triton_op("liger_fuse::partitioned_mean_backward", mutates_args=())
+def partitioned_mean_grad(grad_out: torch.Tensor, offsets: torch.Tensor, rows: int) -> torch.Tensor:
+    if interpreter_active():
+        return partitioned_mean_backward_opaque(grad_out, offsets, rows)
+    return partitioned_mean_backward(grad_out, offsets, rows, traceable=True)
+
+
+def _setup_context(ctx, inputs, output):
+    values, offsets = inputs
+    ctx.save_for_backward(offsets)
+    ctx.rows = values.shape[0]
+
+
+def _backward(ctx, grad_out):
+    (offsets,) = ctx.saved_tensors
+    return partitioned_mean_grad(grad_out, offsets, ctx.rows), None
+
+
+partitioned_mean.register_autograd(_backward, setup_context=_setup_context)
+
+
+@torch.library.custom_op("liger_fuse::grouped_partitioned_mean", mutates_args=())
+def grouped_partitioned_mean(values: list[torch.Tensor], offsets: list[torch.Tensor]) -> list[torch.Tensor]:
+    return grouped_partitioned_mean_forward(values, offsets)
+
+
+@grouped_partitioned_mean.register_fake
+def _(values, offsets):
+    return [v.new_empty(o.shape[0] - 1, v.shape[1]) for v, o in zip(values, offsets, strict=False)]
+
+
+@torch.library.custom_op("liger_fuse::grouped_partitioned_mean_backward", mutates_args=())
+def grouped_partitioned_mean_grad(
+    grads: list[torch.Tensor], offsets: list[torch.Tensor], rows: list[int]
+) -> list[torch.Tensor]:
+    return grouped_partitioned_mean_backward(grads, offsets, rows)
+
+
+@grouped_partitioned_mean_grad.register_fake
+def _(grads, offsets, rows):
+    return [g.new_empty(n, g.shape[1]) for g, n in zip(grads, rows, strict=False)]
+
+
+def _grouped_setup_context(ctx, inputs, output):
+    values, offsets = inputs
+    ctx.save_for_backward(*offsets)
+    ctx.rows = [v.shape[0] for v in values]
+
+
+def _grouped_backward(ctx, grads):
+    offsets = list(ctx.saved_tensors)
+    return grouped_partitioned_mean_grad(list(grads), offsets, ctx.rows), [None] * len(offsets)
+
+
+grouped_partitioned_mean.register_autograd(_grouped_backward, setup_context=_grouped_setup_context)
+
+
+def partitioned_mean_reference(values: torch.Tensor, offsets: torch.Tensor) -> torch.Tensor:
+    """The definition, in plain PyTorch (empty partition -> zeros), accumulated in fp32."""
+    bounds = offsets.tolist()
+    rows = [values[s:e].float().sum(0) / max(e - s, 1) for s, e in zip(bounds[:-1], bounds[1:], strict=False)]
+    return torch.stack(rows).to(values.dtype)

@@ -1,0 +1,180 @@
+"""Act: the skill's file list rendered from `kernel_templates/kernel/` and spliced into the target with libcst.
+
+Everything is built in memory first; nothing is written until every file rendered and every edit found its place,
+so a refusal leaves the target untouched.
+"""
+
+from __future__ import annotations
+
+import ast
+import re
+from dataclasses import dataclass
+from pathlib import Path
+
+from pipelines import render
+from pipelines.changeset import Changeset
+from pipelines.changeset import FileChange
+from pipelines.changeset import format_with_target_style
+from pipelines.kernel import exports
+from pipelines.kernel.profile import ELEMENTWISE_BLOCK
+from pipelines.kernel.profile import ELEMENTWISE_WARPS
+from pipelines.kernel.spec import pascal
+from pipelines.kernel.understand import Tier
+from pipelines.kernel.understand import Understanding
+from pipelines.outcome import PipelineError
+from pipelines.target import Checkout
+
+OPS_INIT = Path("src/liger_kernel/ops/__init__.py")
+TRANSFORMERS_INIT = Path("src/liger_kernel/transformers/__init__.py")
+FUNCTIONAL = Path("src/liger_kernel/transformers/functional.py")
+
+
+@dataclass(frozen=True)
+class KernelFiles:
+    ops: Path
+    module: Path
+    test: Path
+    benchmark: Path
+
+    @classmethod
+    def of(cls, name: str) -> KernelFiles:
+        return cls(
+            Path(f"src/liger_kernel/ops/{name}.py"),
+            Path(f"src/liger_kernel/transformers/{name}.py"),
+            Path(f"test/transformers/test_{name}.py"),
+            Path(f"benchmark/scripts/benchmark_{name}.py"),
+        )
+
+
+def check_no_clash(checkout: Checkout, name: str) -> None:
+    """A kernel name must be new: no file of that name, no class or function spelled from it."""
+    files = KernelFiles.of(name)
+    existing = [str(p) for p in (files.ops, files.module, files.test, files.benchmark) if checkout.path(p).exists()]
+    identifiers = [f"Liger{pascal(name)}Function", f"Liger{pascal(name)}", f"liger_{name}"]
+    for path in (OPS_INIT, TRANSFORMERS_INIT, FUNCTIONAL):
+        text = checkout.path(path).read_text()
+        existing += [f"{ident} in {path}" for ident in identifiers if re.search(rf"\b{ident}\b", text)]
+    if existing:
+        raise PipelineError(
+            f"a kernel named {name!r} exists already in {checkout.root}: {', '.join(sorted(set(existing)))}",
+            hint="choose another name with --name (the existing kernel is left as it is)",
+        )
+
+
+def context(u: Understanding) -> dict:
+    weights = [w.name for w in u.weights]
+    grads = [w for w in weights if f"d{w}" in u.backward.col_sums]
+    scalar_grads = [w for w in weights if f"d{w}" in u.backward.scalar_stores]
+    runtime = [p for p in u.reference.float_params if p.name in u.runtime_floats]
+    tier2 = u.tier == Tier.ROWWISE
+    ref = u.reference
+    return {
+        "name": u.spec.name,
+        "pascal": pascal(u.spec.name),
+        "spec": u.spec.text,
+        "source": ref.source_note,
+        "forward": u.forward,
+        "backward": u.backward,
+        "weights": weights,
+        "weight_specs": u.weights,
+        "learnable": [w.name for w in u.weights if w.learnable],
+        "grads": grads,
+        "scalar_grads": scalar_grads,
+        "all_grads": grads + scalar_grads,
+        "floats": u.runtime_floats,
+        "float_params": ref.float_params,
+        "runtime_floats": u.runtime_floats,
+        "runtime_float_params": runtime,
+        "output_float32": u.output_dtype == "float32",
+        "block_size": ELEMENTWISE_BLOCK,
+        "num_warps": ELEMENTWISE_WARPS,
+        "saved_unpack": ", ".join(["X", *weights]) if weights else "(X,)",
+        "backward_results": ", ".join(["dX", *[f"d{w}" for w in weights]]),
+        "needs_hidden": ref.has_weights,
+        "first_column": next((w.name for w in u.weights if not w.scalar), ""),
+        "state_keys": {w.state_key: w.name for w in u.weights},
+        "reference_imports": ref.imports,
+        # a test module of the target may switch torch.use_deterministic_algorithms on when imported (Liger's
+        # test_rms_norm.py does); then every torch.empty fills its memory, which the benchmark must not time
+        "reference_from_tests": any(line.startswith("from test.") for line in ref.imports),
+        "reference_code": ref.code.rstrip() + "\n",
+        "reference_class": ref.class_name,
+        "fp32_tol": ("1e-4", "1e-5") if tier2 else ("1e-5", "1e-5"),
+        "bf16_tol": ("2e-1", "2e-2") if tier2 else ("1e-1", "5e-2"),
+    }
+
+
+def render_files(u: Understanding) -> dict[str, str]:
+    """New files, by template: the ops kernel, the module, the test, the benchmark."""
+    ctx = context(u)
+    files = KernelFiles.of(u.spec.name)
+    ops_template = "kernel/ops_elementwise.py.j2" if u.tier == Tier.ELEMENTWISE else "kernel/ops_rowwise.py.j2"
+    return {
+        str(files.ops): render.render(ops_template, **ctx),
+        str(files.module): render.render("kernel/module.py.j2", **ctx),
+        str(files.test): render.render("kernel/unit_test.py.j2", **ctx),
+        str(files.benchmark): render.render("kernel/benchmark.py.j2", **ctx),
+    }
+
+
+def _export_lines(ctx: dict) -> list[str]:
+    return [line for line in render.render("kernel/exports.py.j2", **ctx).splitlines() if line.startswith("from ")]
+
+
+def edit_existing(checkout: Checkout, u: Understanding) -> dict[str, str]:
+    ctx = context(u)
+    ops_import, module_import, functional_import = _export_lines(ctx)
+    name, cls = ctx["name"], ctx["pascal"]
+    try:
+        ops_init = exports.insert_statement(
+            checkout.path(OPS_INIT).read_text(),
+            exports.import_key("liger_kernel.ops."),
+            f"liger_kernel.ops.{name}.Liger{cls}Function",
+            ops_import,
+        )
+        tr_init = checkout.path(TRANSFORMERS_INIT).read_text()
+        tr_init = exports.insert_statement(
+            tr_init,
+            exports.import_key("liger_kernel.transformers."),
+            f"liger_kernel.transformers.{name}.Liger{cls}",
+            module_import,
+        )
+        tr_init = exports.insert_all_entry(tr_init, f"Liger{cls}")
+        functional = checkout.path(FUNCTIONAL).read_text()
+        functional = exports.insert_statement(
+            functional,
+            exports.import_key("liger_kernel.ops"),
+            f"liger_kernel.ops.Liger{cls}Function",
+            functional_import,
+        )
+        function = render.render("kernel/functional_fn.py.j2", **ctx)
+        functional = exports.insert_statement(functional, exports.function_key("liger_"), f"liger_{name}", function)
+    except (exports.ExportError, FileNotFoundError) as exc:
+        raise PipelineError(
+            f"cannot place the {name} exports in {checkout.root}: {exc}",
+            hint="the target's files differ from what the kernel pipeline expects (a liger-kernel 0.8.x checkout?)",
+        ) from exc
+    return {str(OPS_INIT): ops_init, str(TRANSFORMERS_INIT): tr_init, str(FUNCTIONAL): functional}
+
+
+def build_changeset(checkout: Checkout, u: Understanding) -> Changeset:
+    if u.tier == Tier.COMPLEX:
+        raise PipelineError(f"{u.spec.text}: {u.refusal}", hint="the default engine refuses tier-3 ops")
+    check_no_clash(checkout, u.spec.name)
+    created = render_files(u)
+    edited = edit_existing(checkout, u)
+    changes = [FileChange(p, t, created=True) for p, t in created.items()]
+    changes += [FileChange(p, t) for p, t in edited.items()]
+    for change in changes:
+        try:
+            ast.parse(change.text)
+        except SyntaxError as exc:
+            raise RuntimeError(f"generated {change.path} does not parse: {exc}") from exc
+    return Changeset(tuple(changes))
+
+
+def act(checkout: Checkout, u: Understanding) -> Changeset:
+    changeset = build_changeset(checkout, u)
+    changeset.write(checkout.root)
+    format_with_target_style(checkout, changeset.paths)
+    return changeset

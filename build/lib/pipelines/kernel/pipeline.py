@@ -1,0 +1,87 @@
+"""The kernel pipeline end to end: spec -> understand -> profile -> act (on a branch) -> verify -> PR body."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+
+from pipelines.kernel import act as act_mod
+from pipelines.kernel import profile as profile_mod
+from pipelines.kernel import spec as spec_mod
+from pipelines.kernel import understand as understand_mod
+from pipelines.kernel import verify as verify_mod
+from pipelines.kernel.understand import Tier
+from pipelines.outcome import GateResult
+from pipelines.outcome import PipelineError
+from pipelines.outcome import gates_table
+from pipelines.outcome import hard_failure
+from pipelines.outcome import result_json
+from pipelines.target import open_checkout
+
+
+@dataclass
+class KernelRun:
+    profile: profile_mod.KernelProfile
+    branch: str
+    files: list[str]
+    gates: list[GateResult]
+    pr_body: str
+
+    @property
+    def failed(self) -> bool:
+        return hard_failure(self.gates)
+
+    def to_json(self) -> dict:
+        return result_json(self.profile, self.branch, self.files, self.gates, failed=self.failed)
+
+
+def understand(spec_text: str, repo: str | Path, name: str | None = None):
+    checkout = open_checkout(repo)
+    spec = spec_mod.resolve(spec_text, checkout.root, name)
+    act_mod.check_no_clash(checkout, spec.name)
+    u = understand_mod.understand(spec, checkout.root)
+    return checkout, u, profile_mod.build(u)
+
+
+def run(
+    spec_text: str, repo: str | Path, name: str | None = None, out_dir: Path | None = None, progress=print
+) -> KernelRun:
+    checkout, u, profile = understand(spec_text, repo, name)
+    progress(f"understood {spec_text}: tier {u.tier} ({profile.tier_description}), kernel {u.spec.name}")
+    if u.tier == Tier.COMPLEX:
+        raise PipelineError(f"{spec_text}: {u.refusal}", hint="the default engine refuses tier-3 ops")
+    changeset = act_mod.build_changeset(checkout, u)  # everything in memory first: a refusal writes nothing
+    git = checkout.git
+    branch = f"liger-bot/kernel-{u.spec.name}"
+    git.checkout(branch, create_from="HEAD")
+    changeset.write(checkout.root)
+    act_mod.format_with_target_style(checkout, changeset.paths)
+    git.commit_all(
+        f"Add {profile.module_class_name}: Triton kernel generated from {spec_text}\n\nliger-bot kernel {spec_text}"
+    )
+    progress(f"wrote {len(changeset.paths)} files on branch {branch}")
+    out_dir = Path(out_dir or Path("out") / "kernel" / u.spec.name).resolve()
+    out_dir.mkdir(parents=True, exist_ok=True)
+    gates = verify_mod.verify(checkout, u.spec.name, changeset.paths, out_dir)
+    body = pr_body(profile, gates, out_dir)
+    (out_dir / "pr_body.md").write_text(body)
+    return KernelRun(profile, branch, changeset.paths, gates, body)
+
+
+def pr_body(profile: profile_mod.KernelProfile, gates: list[GateResult], out_dir: Path) -> str:
+    parts = [
+        f"## {profile.module_class_name}: a Triton kernel generated from `{profile.source}`",
+        "",
+        f"Tier {profile.tier} ({profile.tier_description}); forward and backward lowered from the ATen graph of the "
+        "reference and of its autograd backward. Only the inputs are saved; the backward recomputes.",
+        "",
+        "### Verify",
+        gates_table(gates),
+    ]
+    table = out_dir / "benchmark.md"
+    if table.exists():
+        parts += ["", "### Benchmark", table.read_text()]
+        if (out_dir / "benchmark.png").is_file():  # relative: pr_body.md sits beside it; the App links its forge's copy
+            parts += ["", "![benchmark](benchmark.png)"]
+    parts += ["", "<details><summary>Kernel profile</summary>", "", profile.to_markdown(), "", "</details>"]
+    return "\n".join(parts) + "\n"

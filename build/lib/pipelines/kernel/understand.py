@@ -1,0 +1,286 @@
+"""Understand: the reference run eagerly (bad-input checks), then forward and autograd's backward traced together
+to ATen, lowered to Triton statements, and classified into a tier.
+
+One joint graph `(x, params..., dy) -> (y, dx, dparams...)` is traced with `make_fx` on symbolic shapes (R, C) in
+bf16, so explicit casts and shape arithmetic (a mean's 1/C) stay visible. The forward kernel is the slice of that
+graph `y` needs; the backward kernel is the slice `dx, dparams` need, which recomputes forward intermediates from
+the saved inputs instead of saving them.
+"""
+
+from __future__ import annotations
+
+import traceback
+from dataclasses import dataclass
+
+import torch
+from torch._decomp import core_aten_decompositions
+from torch._decomp import get_decompositions
+from torch.fx.experimental.proxy_tensor import make_fx
+
+from pipelines.kernel import reference as reference_mod
+from pipelines.kernel.lowering import Body
+from pipelines.kernel.lowering import Lowering
+from pipelines.kernel.lowering import Unsupported
+from pipelines.kernel.reference import ReferenceCode
+from pipelines.kernel.spec import Spec
+from pipelines.kernel.spec import SpecKind
+from pipelines.outcome import PipelineError
+
+aten = torch.ops.aten
+TRACE_SHAPE = (5, 7)  # (R, C): distinct, not 0 or 1, so neither is specialised away
+PROBE_SHAPE = (4, 33)
+SENTINEL_BASE = 1.2345678e-5  # float parameters are traced with these values to find them in the graph
+# decompose activations core ATen keeps whole, so the graph is made of ops the lowering table knows
+EXTRA_DECOMPOSITIONS = [
+    aten.gelu,
+    aten.gelu_backward,
+    aten.leaky_relu,
+    aten.leaky_relu_backward,
+    aten.hardtanh,
+    aten.hardtanh_backward,
+    aten.hardswish,
+    aten.hardswish_backward,
+    aten.hardsigmoid,
+    aten.silu,
+    aten.silu_backward,
+    aten.mish,
+    aten.mish_backward,
+    aten._prelu_kernel,
+    aten._prelu_kernel_backward,
+    aten.softplus,
+    aten.softplus_backward,
+    aten.elu,
+    aten.elu_backward,
+    aten.threshold_backward,
+    aten.sigmoid_backward,
+    aten.tanh_backward,
+    aten._softmax,
+    aten._softmax_backward_data,
+    aten._log_softmax,
+    aten._log_softmax_backward_data,
+    aten.native_layer_norm,
+    aten.native_layer_norm_backward,
+    aten.var,
+    aten.var_mean,
+    aten.norm,
+    aten.linalg_vector_norm,
+]
+
+
+class Tier:
+    ELEMENTWISE = 1
+    ROWWISE = 2
+    COMPLEX = 3
+
+
+TIER_NAMES = {1: "element-wise", 2: "reduction", 3: "fused/complex"}
+
+
+@dataclass(frozen=True)
+class Weight:
+    """A tensor the reference holds: a learnable parameter, or a buffer the kernel reads as a runtime constant."""
+
+    name: str  # the kernel's variable (and the Liger module's attribute)
+    state_key: str  # the reference module's state-dict key
+    scalar: bool  # one element, loaded once per program; else one value per column (hidden,)
+    shape: tuple[int, ...]  # the reference's shape of a scalar: () or (1,)
+    init: str  # "ones" | "zeros" for columns; the reference's value (a float literal) for scalars
+    learnable: bool  # a parameter (the backward computes its gradient) or a buffer
+
+    def init_expr(self) -> str:
+        """The Liger module's initial value, as torch source (hidden_size in scope for columns)."""
+        if self.scalar:
+            return f"torch.full({self.shape!r}, {self.init})"
+        return f"torch.{self.init}(hidden_size)"
+
+
+@dataclass
+class Understanding:
+    spec: Spec
+    reference: ReferenceCode
+    tier: int
+    forward: Body | None
+    backward: Body | None
+    weights: list[Weight]  # parameters then buffers, in the kernel's argument order
+    runtime_floats: list[str]  # float parameters the kernel takes at run time
+    output_dtype: str  # "input" or "float32"
+    refusal: str = ""  # why tier 3, and what would be needed
+    graph_code: str = ""  # the joint ATen graph, for the profile
+
+
+def understand(spec: Spec, repo) -> Understanding:
+    ref = reference_mod.build(spec, repo)
+    cls = reference_mod.load_class(ref)
+    module = _instantiate(cls, ref, PROBE_SHAPE[1], sentinels=False)
+    weights = _weights(module, ref, spec)
+    output_dtype = _probe(module, ref, spec)
+    graph, sentinels, placeholders = _trace(cls, ref, spec, weights)
+    val = next(n for n in graph.graph.nodes if n.op == "placeholder").meta["val"]
+    rows, cols = val.shape
+    lowering = Lowering(graph.graph, rows, cols, torch.bfloat16, sentinels, placeholders)
+    graph_code = graph.code
+    try:
+        out_nodes = lowering.run()
+        forward = lowering.body({"Y": out_nodes[0]})
+        learnable = [w.name for w in weights if w.learnable]
+        grads = {"dX": out_nodes[1]} | {
+            f"d{w}": n for w, n in zip(learnable, out_nodes[2:], strict=True) if n is not None
+        }
+        backward = lowering.body(grads)
+    except Unsupported as exc:
+        return Understanding(spec, ref, Tier.COMPLEX, None, None, weights, [], output_dtype, _refusal(exc), graph_code)
+    statements = forward.stmts + backward.stmts + backward.epilogue
+    runtime = [p.name for p in ref.float_params if any(p.name in s.expr for s in statements)]
+    columns = any(not w.scalar for w in weights)
+    reduces = forward.row_reductions or backward.row_reductions
+    tier = Tier.ELEMENTWISE if not columns and not reduces else Tier.ROWWISE
+    if tier == Tier.ROWWISE and any(w.scalar for w in weights):
+        reason = (
+            "one-element parameters or buffers in a row-wise op (the row-wise template loads (hidden,) weights only)"
+        )
+        return Understanding(spec, ref, Tier.COMPLEX, None, None, weights, [], output_dtype, _refusal_text(reason), "")
+    return Understanding(spec, ref, tier, forward, backward, weights, runtime, output_dtype, "", graph_code)
+
+
+def _refusal(exc: Unsupported) -> str:
+    return _refusal_text(f"the traced graph needs `{exc.op}` ({exc.reason})")
+
+
+def _refusal_text(reason: str) -> str:
+    return (
+        f"tier 3: {reason}. The default engine writes element-wise kernels "
+        "and row-wise reductions over the last dimension (with optional weight/bias of shape (hidden,)). "
+        "This op would need a hand-designed tiling (multi-pass or cross-row reduction, matmul, indexing): "
+        "write it with the liger-kernel-dev skill's tier-3 template (cross_entropy.py is the closest pattern)."
+    )
+
+
+def _instantiate(cls, ref: ReferenceCode, hidden: int, sentinels: bool) -> torch.nn.Module:
+    kwargs = {}
+    if sentinels:
+        kwargs = {p.name: SENTINEL_BASE * (i + 1) for i, p in enumerate(ref.float_params)}
+    args = (hidden,) if ref.has_weights else ()
+    with reference_mod._target_on_path(ref.repo):
+        return cls(*args, **kwargs)
+
+
+def _weights(module: torch.nn.Module, ref: ReferenceCode, spec: Spec) -> list[Weight]:
+    """Parameters (learnable) then buffers (runtime constants); each one element or one value per column."""
+    known = dict(ref.weights)
+    hidden = PROBE_SHAPE[1]
+    out = []
+    tensors = [(n, t, True) for n, t in module.named_parameters()] + [(n, t, False) for n, t in module.named_buffers()]
+    for key, tensor, learnable in tensors:
+        if tensor.numel() != 1 and tuple(tensor.shape) != (hidden,):
+            kind = "parameter" if learnable else "buffer"
+            raise PipelineError(
+                f"the reference's {kind} {key} has shape {tuple(tensor.shape)}; the kernel engine handles tensors of "
+                "one element or of shape (hidden,)",
+                hint="a weight of another shape needs a hand-designed kernel (liger-kernel-dev skill, tier 3)",
+            )
+        name = _short(key.removeprefix("act.") if spec.kind == SpecKind.ACTIVATION else key)
+        if tensor.numel() == 1:
+            value = float(tensor.detach().float().reshape(-1)[0])
+            out.append(Weight(name, key, True, tuple(tensor.shape), repr(value), learnable))
+            continue
+        init = known.get(key) or ("zeros" if bool((tensor == 0).all()) else "ones")
+        out.append(Weight(name, key, False, (), init, learnable))
+    return out
+
+
+def _probe(module: torch.nn.Module, ref: ReferenceCode, spec: Spec) -> str:
+    """Run the reference eagerly on small real tensors: the bad-input checks that need real values."""
+    x = torch.randn(*PROBE_SHAPE, dtype=torch.float32, requires_grad=True)
+    try:
+        y = module(x)
+    except Exception as exc:
+        raise PipelineError(
+            f"{spec.text} fails on a ({PROBE_SHAPE[0]}, {PROBE_SHAPE[1]}) float32 input: {type(exc).__name__}: {exc}",
+            hint="the op must take one tensor of shape (..., hidden) as its first argument",
+        ) from exc
+    if not isinstance(y, torch.Tensor):
+        raise PipelineError(f"{spec.text} returns {type(y).__name__}, not one tensor", hint="kernels have one output")
+    if not (y.is_floating_point() or y.is_complex()):
+        raise PipelineError(
+            f"{spec.text} returns integer/boolean values ({y.dtype}); a kernel with integer outputs has no gradient",
+            hint="the kernel pipeline builds differentiable ops (forward and backward)",
+        )
+    if not y.requires_grad:
+        raise PipelineError(
+            f"{spec.text} is not differentiable: its output does not require grad (detached or computed under no_grad)",
+            hint="the kernel pipeline builds ops with a backward; an inference-only op needs no autograd Function",
+        )
+    if tuple(y.shape) != PROBE_SHAPE:
+        raise PipelineError(
+            f"tier 3: {spec.text} maps shape {PROBE_SHAPE} to {tuple(y.shape)}; the default engine writes kernels "
+            "whose output has the input's shape",
+            hint="shape-changing ops need a hand-designed kernel (liger-kernel-dev skill, tier 3)",
+        )
+    try:
+        (dx,) = torch.autograd.grad(y, x, torch.randn_like(y))
+    except RuntimeError as exc:
+        raise PipelineError(f"{spec.text} is not differentiable: {exc}".strip(), hint="no backward to build") from exc
+    if not bool(dx.abs().sum() > 0):
+        raise PipelineError(
+            f"{spec.text} is not differentiable in any useful sense: its gradient is zero everywhere on random inputs",
+            hint="piecewise-constant ops (round, floor, sign) need no backward kernel",
+        )
+    x16 = torch.randn(*PROBE_SHAPE, dtype=torch.bfloat16)
+    with torch.no_grad():
+        y16 = module.to(torch.bfloat16)(x16)
+    module.float()
+    return "input" if y16.dtype == torch.bfloat16 else "float32"
+
+
+def _trace(cls, ref: ReferenceCode, spec: Spec, weights: list[Weight]):
+    module = _instantiate(cls, ref, TRACE_SHAPE[1], sentinels=True).to(torch.bfloat16)
+    state = dict(module.named_parameters()) | dict(module.named_buffers())
+    keys = [w.state_key for w in weights]
+    n_params = sum(w.learnable for w in weights)
+    sentinels = {SENTINEL_BASE * (i + 1): p.name for i, p in enumerate(ref.float_params)}
+
+    def joint(x, *rest):
+        *tensors, dy = rest
+        x = x.detach().requires_grad_(True)
+        params = [t.detach().requires_grad_(True) for t in tensors[:n_params]]
+        with torch.enable_grad():
+            y = torch.func.functional_call(module, dict(zip(keys, params + tensors[n_params:], strict=True)), (x,))
+            grads = torch.autograd.grad(y, [x, *params], dy, allow_unused=True)
+        return (y, *grads)
+
+    decompositions = core_aten_decompositions() | get_decompositions(EXTRA_DECOMPOSITIONS)
+    example = [torch.randn(*TRACE_SHAPE, dtype=torch.bfloat16)]
+    example += [state[k].detach().clone() for k in keys] + [torch.randn(*TRACE_SHAPE, dtype=torch.bfloat16)]
+    try:
+        with reference_mod._target_on_path(ref.repo):
+            graph = make_fx(joint, tracing_mode="symbolic", decomposition_table=decompositions)(*example)
+    except Exception as exc:
+        raise _trace_error(exc, spec) from exc
+    placeholders = [n.name for n in graph.graph.nodes if n.op == "placeholder"]
+    kernel_names = ["x"] + [w.name for w in weights] + ["dy"]
+    return graph, sentinels, dict(zip(placeholders, kernel_names, strict=True))
+
+
+def _short(param_name: str) -> str:
+    return param_name.replace(".", "_")
+
+
+def _trace_error(exc: Exception, spec: Spec) -> PipelineError:
+    text = f"{type(exc).__name__}: {exc}"
+    where = _reference_frame(exc)
+    if "data-dependent" in text.lower() or "DataDependent" in type(exc).__name__ or "_local_scalar_dense" in text:
+        return PipelineError(
+            f"{spec.text} has data-dependent Python control flow{where}: a branch or loop decided by tensor values "
+            "cannot become one Triton kernel",
+            hint="write the branch as torch.where(cond, a, b) so both sides are computed element-wise",
+        )
+    return PipelineError(
+        f"{spec.text} could not be traced to ATen{where}: {text.splitlines()[0][:300]}",
+        hint="the op must be plain PyTorch tensor code (no .item(), no numpy, no in-place writes to inputs)",
+    )
+
+
+def _reference_frame(exc: BaseException) -> str:
+    frames = [f for f in traceback.extract_tb(exc.__traceback__) if "site-packages" not in f.filename]
+    frames = [f for f in frames if "pipelines/kernel" not in f.filename]
+    return f" (at {frames[-1].filename}:{frames[-1].lineno}: {frames[-1].line})" if frames else ""

@@ -1,0 +1,83 @@
+"""Outcomes every pipeline shares: exit statuses, user-facing errors, verify gate results."""
+
+from __future__ import annotations
+
+import enum
+from dataclasses import dataclass
+
+
+class ExitStatus(enum.IntEnum):
+    """Process exit statuses of the CLI (httpie-style: outcomes are named, not magic numbers)."""
+
+    OK = 0
+    ERROR = 1  # an unexpected failure: a bug or a broken environment
+    USAGE = 2  # argparse's own status for a malformed command line
+    REFUSED = 3  # the input was understood and refused: unknown model, dirty checkout, bad --set ...
+    GATE_FAILED = 4  # the pipeline ran and a hard verify gate failed
+
+
+class PipelineError(Exception):
+    """An error a person can act on. `hint` names the next thing to try."""
+
+    status = ExitStatus.REFUSED
+
+    def __init__(self, message: str, hint: str = ""):
+        super().__init__(message)
+        self.message = message
+        self.hint = hint
+
+    def __str__(self) -> str:
+        return f"{self.message}\n  hint: {self.hint}" if self.hint else self.message
+
+
+class GateStatus(str, enum.Enum):
+    PASS = "PASS"
+    FAIL = "FAIL"
+    SKIP = "SKIP"
+
+
+@dataclass(frozen=True)
+class GateResult:
+    """One verify gate's verdict. `hard` failures stop the pipeline; SKIP always carries its reason."""
+
+    name: str
+    status: GateStatus
+    detail: str = ""
+    hard: bool = True
+
+    def to_json(self) -> dict:
+        return {"name": self.name, "status": self.status.value, "detail": self.detail}
+
+    def to_record(self) -> dict:
+        """to_json with `hard`: what crosses between processes and runners (report.json, the stage child)."""
+        return {**self.to_json(), "hard": self.hard}
+
+    @classmethod
+    def from_record(cls, data) -> GateResult:
+        return cls(
+            str(data["name"]), GateStatus(data["status"]), str(data.get("detail", "")), bool(data.get("hard", True))
+        )
+
+
+def gates_table(gates: list[GateResult]) -> str:
+    """The markdown table the PR body and the status comment show."""
+    rows = ["| Check | Status | Detail |", "|---|---|---|"]
+    for gate in gates:
+        detail = gate.detail.replace("\n", " ").replace("|", "\\|")
+        rows.append(f"| {gate.name} | {gate.status.value} | {detail[:300]} |")
+    return "\n".join(rows)
+
+
+def hard_failure(gates: list[GateResult]) -> bool:
+    return any(g.hard and g.status is GateStatus.FAIL for g in gates)
+
+
+def result_json(profile, branch: str, files: list[str], gates: list[GateResult], **extra) -> dict:
+    """The JSON every pipeline's result shares (the CLI's --json, the App and our evaluation read it)."""
+    return {
+        "profile": profile.to_json(),
+        "branch": branch,
+        "files": files,
+        "gates": [g.to_json() for g in gates],
+        **extra,
+    }

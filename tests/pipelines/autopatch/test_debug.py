@@ -1,0 +1,46 @@
+"""debug names the wrong swap: the kernel flag whose removal makes the model match, and the first module that
+differs from its HF original (path, dtype, the Liger class and its settings)."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+
+import pytest
+
+from pipelines.autopatch import debug
+from pipelines.autopatch import verify
+from tests.pipelines.autopatch.hand_profiles import hand_profile
+from tests.pipelines.autopatch.test_whole_model import patched_checkout
+
+
+def test_wrong_offset_is_traced_to_the_rms_norm_flag_and_the_first_norm(tmp_path, liger_template):
+    profile = hand_profile("seed_oss").with_overrides({"rms_offset": 1.0})
+    checkout = patched_checkout(tmp_path / "liger-kernel", profile)
+    found = debug.diagnose(profile, checkout.root, verify.LocalRunner(has_gpu=False))
+    assert isinstance(found, debug.Diagnosis), found
+    assert found.culprits == ["rms_norm"]
+    first = found.first_diverging
+    assert first["module"] == "model.layers.0.input_layernorm" and first["where"] == "fp32"
+    assert first["liger"] == "LigerRMSNorm" and first["settings"]["offset"] == 1.0
+    assert "first diverging module: `model.layers.0.input_layernorm`" in found.summary()
+
+
+@pytest.mark.slow
+def test_cli_names_a_wrong_casting_mode(liger_checkout, liger_bot_exe):
+    # VaultGemma's norm is Gemma-style (fp32 to the end); llama casting rounds before the weight: only bf16 sees it
+    def run(*extra):
+        argv = [liger_bot_exe, "debug", "vaultgemma", "--repo", str(liger_checkout.root), "--json", *extra]
+        return subprocess.run(argv, capture_output=True, text=True, timeout=900)
+
+    broken = run("--set", "rms_casting_mode=llama")
+    assert broken.returncode == 4, broken.stderr[-2000:]
+    found = json.loads(broken.stdout)
+    assert found["whole_model"]["ok"]  # fp32 cannot tell the casting modes apart
+    first = found["first_diverging"]
+    assert first["module"] == "model.layers.0.input_layernorm" and first["where"] == "bf16"
+    assert first["liger"] == "LigerRMSNorm" and first["settings"]["casting_mode"] == "llama"
+    assert liger_checkout.git.dirty_paths() == [] and liger_checkout.git.current_branch() == "main"
+    right = run()
+    assert right.returncode == 0, right.stderr[-2000:]
+    assert json.loads(right.stdout)["first_diverging"] is None

@@ -1,1 +1,0 @@
-"""The GitHub-facing side of liger-bot (webhook, commands, permissions, jobs, forges) and the CLI."""

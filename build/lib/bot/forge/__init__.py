@@ -1,1 +1,0 @@
-"""Forges: one interface (`base.Forge`), a real `local` implementation beside `github` (Renovate-style)."""

@@ -1,1 +1,0 @@
-"""The fuse pipeline: kernel selection inside torch.compile (runtime/) and the understand/act/verify stages."""

@@ -27,11 +27,13 @@ from pathlib import Path
 
 
 def verify(pipeline: str, target: str, work: Path, out: Path, deadline: float) -> dict:
-    report = out / f"{pipeline}-{target}.json"
+    runs = out / "runs" / f"{pipeline}-{target}"  # three folders down: kept on the host, summary.json holds it all
+    runs.mkdir(parents=True, exist_ok=True)
+    report = runs / "report.json"
     argv = ["liger-bot", "verify", "--repo", str(work), "--pipeline", pipeline, "--target", target]
     argv += ["--job-id", f"gpu-{target}", "--report", str(report)]
     started = time.monotonic()
-    log = (out / f"{pipeline}-{target}.log").open("w")
+    log = (runs / "verify.log").open("w")
     proc = subprocess.Popen(argv, cwd=work, stdout=log, stderr=subprocess.STDOUT, start_new_session=True)
     try:
         rc = proc.wait(timeout=max(1.0, deadline - time.monotonic()))
@@ -41,14 +43,18 @@ def verify(pipeline: str, target: str, work: Path, out: Path, deadline: float) -
         rc = "deadline"
     row = {"target": target, "pipeline": pipeline, "rc": rc, "seconds": round(time.monotonic() - started, 1)}
     if report.is_file():
-        row["gates"] = {g["name"]: {"status": g["status"], "detail": g["detail"][:800]} for g in json.loads(report.read_text())["gates"]}
+        gates = json.loads(report.read_text())["gates"]
+        row["gates"] = {g["name"]: {"status": g["status"], "detail": g["detail"][:1500]} for g in gates}
+    row["log_tail"] = (runs / "verify.log").read_text()[-1500:]
     return row
 
 
 def clone(bare: Path, branch: str, work: Path) -> Path:
     if work.exists():
         shutil.rmtree(work)
-    subprocess.run(["git", "-c", "core.hooksPath=/dev/null", "clone", "-q", "-b", branch, str(bare), str(work)], check=True)
+    subprocess.run(
+        ["git", "-c", "core.hooksPath=/dev/null", "clone", "-q", "-b", branch, str(bare), str(work)], check=True
+    )
     return work
 
 
@@ -82,7 +88,9 @@ def main() -> int:
         kernel_work = clone(args.kernel_repo, f"liger-bot/kernel-{args.kernel}", work / f"kernel-{args.kernel}")
         jobs.append(("kernel", args.kernel, kernel_work))
     for model in models:
-        jobs.append(("autopatch", model, clone(args.dir / "liger-kernel.git", f"liger-bot/autopatch-{model}", work / model)))
+        jobs.append(
+            ("autopatch", model, clone(args.dir / "liger-kernel.git", f"liger-bot/autopatch-{model}", work / model))
+        )
     with ThreadPoolExecutor(args.parallel) as pool:
         rows = list(pool.map(lambda job: verify(*job, args.out, deadline), jobs))
     (args.out / "summary.json").write_text(json.dumps(rows, indent=2))

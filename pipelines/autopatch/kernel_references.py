@@ -78,10 +78,9 @@ def rotate_half(x):
 def rope(q, k, cos, sin, position_ids=None, unsqueeze_dim=1, rotary_dim=None):
     """`LigerRopeFunction` (HF's rotate_half form; partial rotary over the first `rotary_dim` entries of a head)."""
     cos, sin = (_rope_table(t, unsqueeze_dim) for t in (cos, sin))
-    width = cos.shape[-1]
-    rotated = rotary_dim or width
-    if width * 2 == rotated:  # cos/sin given for half the rotary width: Liger duplicates them
-        cos, sin = torch.cat((cos, cos), dim=-1), torch.cat((sin, sin), dim=-1)
+    rotated = rotary_dim or cos.shape[-1]
+    half = rotated // 2  # Liger reads only the first half of cos/sin (HF's tables repeat it) and uses it twice
+    cos, sin = (torch.cat((t[..., :half], t[..., :half]), dim=-1) for t in (cos, sin))
     cos, sin = cos.unsqueeze(unsqueeze_dim), sin.unsqueeze(unsqueeze_dim)
 
     def one(x):
@@ -136,69 +135,34 @@ def cross_entropy_outputs(
     )
 
 
-def cross_entropy(
-    _input,
-    target,
-    weight=None,
-    ignore_index=-100,
-    lse_square_scale=0.0,
-    label_smoothing=0.0,
-    reduction="mean",
-    softcap=None,
-    return_z_loss=False,
-    return_token_accuracy=False,
-    return_predicted_tokens=False,
-):
-    return cross_entropy_outputs(
-        _input,
-        target,
-        weight,
-        ignore_index,
-        lse_square_scale,
-        label_smoothing,
-        reduction,
-        softcap,
-        return_z_loss,
-        return_token_accuracy,
-        return_predicted_tokens,
-    )
+def cross_entropy(_input, target, *options):
+    """`LigerCrossEntropyFunction.apply(input, target, weight, ignore_index, ...)`: the options in its order."""
+    return cross_entropy_outputs(_input, target, *options)
 
 
-def fused_linear_cross_entropy(
-    _input,
-    weight,
-    target,
-    bias=None,
-    ce_weight=None,
-    ignore_index=-100,
-    lse_square_scale=0.0,
-    label_smoothing=0.0,
-    reduction="mean",
-    softcap=None,
-    return_z_loss=False,
-    accum_dtype=None,
-    use_token_scaling=False,
-    return_token_accuracy=False,
-    return_predicted_tokens=False,
-    *_backend,
-):
-    """`LigerFusedLinearCrossEntropyFunction` with the logits materialized (the reference may; the kernel does not)."""
-    if use_token_scaling:
+# `LigerFusedLinearCrossEntropyFunction.apply`'s options after (input, weight, target, bias), in its order
+FLCE_OPTIONS = (
+    "ce_weight",
+    "ignore_index",
+    "lse_square_scale",
+    "label_smoothing",
+    "reduction",
+    "softcap",
+    "return_z_loss",
+    "accum_dtype",
+    "use_token_scaling",
+    "return_token_accuracy",
+    "return_predicted_tokens",
+)
+
+
+def fused_linear_cross_entropy(_input, weight, target, bias=None, *options):
+    """The fused kernel's loss with the logits materialized (the reference may; the kernel does not)."""
+    given = dict(zip(FLCE_OPTIONS, options, strict=False))  # the backend choice and chunk size come after: unused
+    if given.pop("use_token_scaling", False):
         raise NotImplementedError("the reference has no use_token_scaling")
-    logits = F.linear(_input, weight, bias)
-    return cross_entropy_outputs(
-        logits,
-        target,
-        ce_weight,
-        ignore_index,
-        lse_square_scale,
-        label_smoothing,
-        reduction,
-        softcap,
-        return_z_loss,
-        return_token_accuracy,
-        return_predicted_tokens,
-    )
+    given.pop("accum_dtype", None)
+    return cross_entropy_outputs(F.linear(_input, weight, bias), target, *given.values())
 
 
 class _Reference(torch.autograd.Function):

@@ -22,6 +22,7 @@ import torch
 import torch.nn.functional as F
 
 from pipelines.autopatch.act import has_field
+from pipelines.autopatch.kernel_references import rms_norm as rms_reference
 
 SEED = 0
 FP32_TOLERANCE = 1e-5
@@ -163,22 +164,6 @@ def _norm_eps(module) -> float:
         if isinstance(value, float | int):
             return float(value)
     return 1e-6
-
-
-def rms_reference(x, weight, eps: float, offset: float, casting_mode: str):
-    """Liger's RMSNorm forward (ops/rms_norm.py `_rms_norm_forward_kernel`) in PyTorch."""
-    dtype = x.dtype
-    if casting_mode == "none":
-        rstd = torch.rsqrt(x.pow(2).mean(-1, keepdim=True) + eps)
-        return x * rstd * (offset + weight) if weight is not None else x * rstd
-    xf = x.float()
-    rstd = torch.rsqrt(xf.pow(2).mean(-1, keepdim=True) + eps)
-    if casting_mode == "llama":  # rstd in fp32, x*rstd cast back before the weight
-        normed = (xf * rstd).to(dtype)
-        return normed * (offset + weight) if weight is not None else normed
-    normed = xf * rstd  # gemma: everything in fp32, cast back at the end
-    out = normed * (offset + weight.float()) if weight is not None else normed
-    return out.to(dtype)
 
 
 def layer_norm_reference(x, weight, bias, eps: float, offset: float):

@@ -54,3 +54,17 @@ def test_override_values_are_closed(item):
 def test_not_a_profile_is_refused():
     with pytest.raises(PipelineError, match="not an autopatch profile"):
         Profile.from_json({"identity": {"model_type": "x"}})
+
+
+def test_cli_profile_file_is_checked_against_the_model(understood, tmp_path):
+    from bot.cli.autopatch import reviewed
+
+    _, profile = understood
+    path = tmp_path / "reviewed.json"
+    path.write_text(json.dumps(profile.to_json()))
+    assert reviewed(path, "ministral3", ["rope=none"], lambda _: None).value("rope") == "none"
+    with pytest.raises(PipelineError, match="is the profile of ministral3, not helium"):
+        reviewed(path, "helium", [], lambda _: None)
+    path.write_text("{not json")
+    with pytest.raises(PipelineError, match="--profile"):
+        reviewed(path, "ministral3", [], lambda _: None)

@@ -15,6 +15,7 @@ from pathlib import Path
 
 import yaml
 
+from bot.forge import redact
 from pipelines.outcome import PipelineError
 
 DEFAULT_WEBHOOK_PATH = "/api/github/webhooks"
@@ -46,19 +47,26 @@ class AppConfig:
         return bool(self.app_id and self.private_key)
 
 
-def _private_key(env: Mapping[str, str]) -> str:
-    if env.get("PRIVATE_KEY"):
-        # probot accepts the key with literal "\n" (how most secret stores keep one line)
-        return env["PRIVATE_KEY"].replace("\\n", "\n")
-    path = env.get("PRIVATE_KEY_PATH")
+def _from_file(env: Mapping[str, str], name: str, hint: str) -> str:
+    """The secret in the file `{name}_PATH` names, or "" where it names none."""
+    path = env.get(f"{name}_PATH")
     if not path:
         return ""
     try:
         return Path(path).expanduser().read_text()
     except OSError as exc:
-        raise PipelineError(
-            f"PRIVATE_KEY_PATH {path}: {exc.strerror}", hint="point it at the App's .pem file"
-        ) from None
+        raise PipelineError(f"{name}_PATH {path}: {exc.strerror}", hint=hint) from None
+
+
+def _private_key(env: Mapping[str, str]) -> str:
+    if env.get("PRIVATE_KEY"):
+        # probot accepts the key with literal "\n" (how most secret stores keep one line)
+        return env["PRIVATE_KEY"].replace("\\n", "\n")
+    return _from_file(env, "PRIVATE_KEY", "point it at the App's .pem file (mode 0400)")
+
+
+def _webhook_secret(env: Mapping[str, str]) -> str:
+    return env.get("WEBHOOK_SECRET") or _from_file(env, "WEBHOOK_SECRET", "a file holding only the secret").strip()
 
 
 def _int(env: Mapping[str, str], name: str, default: int) -> int:
@@ -73,11 +81,11 @@ def _int(env: Mapping[str, str], name: str, default: int) -> int:
 
 def load_config(env: Mapping[str, str] = os.environ, require_secret: bool = True) -> AppConfig:
     """The App's configuration from the environment. Without WEBHOOK_SECRET the server refuses to start."""
-    secret = env.get("WEBHOOK_SECRET", "")
+    secret = _webhook_secret(env)
     if require_secret and not secret:
         raise PipelineError(
             "WEBHOOK_SECRET is not set: the App refuses to accept unsigned webhooks",
-            hint="set WEBHOOK_SECRET to the secret of the GitHub App's webhook",
+            hint="set WEBHOOK_SECRET_PATH (or WEBHOOK_SECRET) to the secret of the GitHub App's webhook",
         )
     path = env.get("WEBHOOK_PATH") or DEFAULT_WEBHOOK_PATH
     if not path.startswith("/"):
@@ -85,10 +93,13 @@ def load_config(env: Mapping[str, str] = os.environ, require_secret: bool = True
     level = (env.get("LOG_LEVEL") or "info").upper()
     if level not in ("TRACE", "DEBUG", "INFO", "WARN", "WARNING", "ERROR", "FATAL", "CRITICAL"):
         raise PipelineError(f"LOG_LEVEL={level!r} is not a log level", hint="one of debug, info, warn, error")
+    private_key = _private_key(env)
+    for held in (secret, private_key):  # whatever leaves a process of the App is redacted of these
+        redact.remember(held)
     return AppConfig(
         webhook_secret=secret,
         app_id=env.get("APP_ID", ""),
-        private_key=_private_key(env),
+        private_key=private_key,
         webhook_path=path,
         host=env.get("HOST") or "0.0.0.0",
         port=_int(env, "PORT", 3000),
@@ -108,7 +119,9 @@ SECRET_VARIABLES = ("PRIVATE_KEY", "WEBHOOK_SECRET", "DATABASE_URL", "REDIS_URL"
 
 def hide_secrets_from_children(environ) -> list[str]:
     """Drop the App's secrets from `environ` (os.environ in the worker) once the config holds them; returns their
-    names. Subprocesses inherit the environment, and a test suite of the target can print it."""
+    names. Subprocesses inherit the environment, and a test suite of the target can print it. This does not change
+    /proc/<pid>/environ (the environment the process started with): pass secrets by file (PRIVATE_KEY_PATH,
+    WEBHOOK_SECRET_PATH), and run stage children as another user (bot.isolation) so they cannot read /proc."""
     hidden = [name for name in SECRET_VARIABLES if name in environ]
     for name in hidden:
         del environ[name]
@@ -117,6 +130,7 @@ def hide_secrets_from_children(environ) -> list[str]:
 
 def configure_logging(config: AppConfig) -> None:
     logging.basicConfig(level=config.log_level, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+    redact.install_handler_filters()  # every line the App logs, from any library, without secrets
     # one access-log line per delivery only when debugging (probot logs requests at debug too)
     logging.getLogger("werkzeug").setLevel("DEBUG" if config.log_level == "DEBUG" else "WARNING")
 

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import json
 
+from bot.forge import redact
 from bot.forge.base import Forge
 from bot.forge.base import RepoRef
 from bot.jobs import Job
@@ -112,7 +113,7 @@ def render(job: Job) -> str:
 def publish(forge: Forge, store, job: Job) -> int:
     """Create or edit the job's one status comment; returns its id (saved on the job)."""
     repo = RepoRef(*job.repo.split("/", 1))
-    body = render(job)
+    body = redact.redact(render(job))  # a stage's error text is the target's output: never a secret in it
     comment_id = job.status_comment_id or forge.find_comment(repo, job.thread, status_marker(job))
     if comment_id is None:
         comment_id = forge.create_comment(repo, job.thread, body)

@@ -47,6 +47,9 @@ def _runtime(env, require_secret: bool, immediate: bool = False):
 
     config = load_config(env, require_secret=require_secret)
     configure_logging(config)
+    os.umask(
+        0o077
+    )  # the database, the queue and the work folder are the App's alone (stage children run as another user)
     return Runtime.from_config(config, immediate=immediate)
 
 

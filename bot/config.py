@@ -41,10 +41,24 @@ class AppConfig:
     max_payload_bytes: int = MAX_PAYLOAD_BYTES
     lease_seconds: float = 120.0  # a running job whose worker stopped heartbeating for this long is recovered
     max_resumes: int = 2  # resumes after a worker died mid-stage; then the job fails with a message
+    server_threads: int = 8  # `serve`: requests handled at once
+    connection_limit: int = 1000  # `serve`: open connections at most
+    read_timeout: float = 10.0  # `serve`: seconds a client has to send one whole request
 
     @property
     def can_authenticate(self) -> bool:
         return bool(self.app_id and self.private_key)
+
+    @property
+    def server_limits(self):
+        from bot.server import ServerLimits
+
+        return ServerLimits(
+            threads=self.server_threads,
+            connection_limit=self.connection_limit,
+            max_body=self.max_payload_bytes,
+            read_timeout=self.read_timeout,
+        )
 
 
 def _from_file(env: Mapping[str, str], name: str, hint: str) -> str:
@@ -110,6 +124,9 @@ def load_config(env: Mapping[str, str] = os.environ, require_secret: bool = True
         github_api_url=(env.get("GITHUB_API_URL") or DEFAULT_API_URL).rstrip("/"),
         work_dir=env.get("WORK_DIR") or "liger-bot-work",
         lease_seconds=float(_int(env, "JOB_LEASE_SECONDS", 120)),
+        server_threads=max(1, _int(env, "SERVER_THREADS", 8)),
+        connection_limit=max(1, _int(env, "CONNECTION_LIMIT", 1000)),
+        read_timeout=float(max(1, _int(env, "READ_TIMEOUT_SECONDS", 10))),
     )
 
 
@@ -133,6 +150,7 @@ def configure_logging(config: AppConfig) -> None:
     redact.install_handler_filters()  # every line the App logs, from any library, without secrets
     # one access-log line per delivery only when debugging (probot logs requests at debug too)
     logging.getLogger("werkzeug").setLevel("DEBUG" if config.log_level == "DEBUG" else "WARNING")
+    logging.getLogger("waitress.queue").setLevel("ERROR")  # "task queue depth" warnings under a burst are expected
 
 
 # --- the repo's .github/liger-bot.yml ---------------------------------------------------------------------

@@ -173,27 +173,72 @@ class RepoConfig:
 def _labels(value, problems: list[str]) -> tuple[str, ...] | None:
     if isinstance(value, str):
         value = [value]
-    if not isinstance(value, list) or not all(isinstance(v, str) and v.strip() for v in value):
-        problems.append("runner.labels must be a list of label names")
+    if (
+        not isinstance(value, list)
+        or len(value) > MAX_LABELS
+        or not all(isinstance(v, str) and v.strip() and len(v) <= MAX_NAME for v in value)
+    ):
+        problems.append(f"runner.labels must be a list of at most {MAX_LABELS} label names")
         return None
     return tuple(v.strip() for v in value)
 
 
+MAX_REPO_CONFIG_BYTES = 64 * 1024
+MAX_REPO_CONFIG_DEPTH = 8  # the file's shape is two levels deep; anything deeper is not a config
+MAX_LIMIT = 1000  # prs_per_hour, open_prs: more than this is a typo, not a policy
+MAX_LABELS, MAX_APPROVERS, MAX_NAME = 20, 100, 100
+
+
 def _positive_int(value, name: str, problems: list[str]) -> int | None:
-    if isinstance(value, bool) or not isinstance(value, int) or value < 0:
-        problems.append(f"{name} must be a whole number >= 0")
+    if isinstance(value, bool) or not isinstance(value, int) or not 0 <= value <= MAX_LIMIT:
+        problems.append(f"{name} must be a whole number from 0 to {MAX_LIMIT}")
         return None
     return value
 
 
-def parse_repo_config(text: str | None) -> RepoConfig:
-    """`.github/liger-bot.yml` -> RepoConfig. A bad file never stops the bot: defaults, with the problems listed."""
-    if not text:
-        return RepoConfig()
+def _depth(value, limit: int) -> int:
+    """How deep `value` nests, counted no further than `limit + 1` (no recursion: a deep file cannot crash it)."""
+    deepest, todo = 0, [(value, 1)]
+    while todo:
+        item, depth = todo.pop()
+        deepest = max(deepest, depth)
+        if deepest > limit:
+            return deepest
+        children = item.values() if isinstance(item, dict) else item if isinstance(item, list) else ()
+        todo.extend((child, depth + 1) for child in children)
+    return deepest
+
+
+def _load(text: str) -> tuple[object, str | None]:
+    """The parsed file, or why there is none. Never raises: the file is the target repository's to write."""
+    if len(text.encode("utf-8", "replace")) > MAX_REPO_CONFIG_BYTES:
+        return None, f"{REPO_CONFIG_PATH} is larger than {MAX_REPO_CONFIG_BYTES // 1024} KiB"
     try:
         data = yaml.safe_load(text)
     except yaml.YAMLError as exc:
-        return RepoConfig(problems=(f"{REPO_CONFIG_PATH} is not valid YAML ({exc.__class__.__name__})",))
+        return None, f"{REPO_CONFIG_PATH} is not valid YAML ({exc.__class__.__name__})"
+    except (RecursionError, ValueError, TypeError, OverflowError, MemoryError) as exc:
+        # nesting deeper than the parser recurses, a number past int's digit limit, an unhashable key
+        return None, f"{REPO_CONFIG_PATH} could not be read ({exc.__class__.__name__})"
+    if _depth(data, MAX_REPO_CONFIG_DEPTH) > MAX_REPO_CONFIG_DEPTH:
+        return None, f"{REPO_CONFIG_PATH} nests deeper than {MAX_REPO_CONFIG_DEPTH} levels"
+    return data, None
+
+
+def parse_repo_config(text: str | None) -> RepoConfig:
+    """`.github/liger-bot.yml` -> RepoConfig. A bad file never stops the bot: defaults, with the problems listed."""
+    try:
+        return _parse_repo_config(text)
+    except Exception as exc:  # a shape no check foresaw: still defaults and a problem, never a failed job
+        return RepoConfig(problems=(f"{REPO_CONFIG_PATH} could not be read ({exc.__class__.__name__})",))
+
+
+def _parse_repo_config(text: str | None) -> RepoConfig:
+    if not text:
+        return RepoConfig()
+    data, problem = _load(text)
+    if problem:
+        return RepoConfig(problems=(problem,))
     if data is None:
         return RepoConfig()
     if not isinstance(data, dict):
@@ -207,7 +252,7 @@ def parse_repo_config(text: str | None) -> RepoConfig:
             problems.append("autonomous must be true or false")
     runner = data.get("runner") or {}
     if isinstance(runner, dict):
-        if runner.get("kind", "local") in ("local", "actions"):
+        if isinstance(runner.get("kind", "local"), str) and runner.get("kind", "local") in ("local", "actions"):
             values["runner"] = runner.get("kind", "local")
         else:
             problems.append("runner.kind must be local or actions")
@@ -224,11 +269,16 @@ def parse_repo_config(text: str | None) -> RepoConfig:
         problems.append("limits must be a mapping (prs_per_hour, open_prs)")
     approvers = data.get("approvers")
     if approvers is not None:
-        if isinstance(approvers, list) and all(isinstance(a, str) for a in approvers):
+        if (
+            isinstance(approvers, list)
+            and len(approvers) <= MAX_APPROVERS
+            and all(isinstance(a, str) and len(a) <= MAX_NAME for a in approvers)
+        ):
             values["approvers"] = tuple(a.lstrip("@") for a in approvers)
         else:
             problems.append("approvers must be a list of GitHub logins")
-    unknown = sorted(set(data) - {"autonomous", "runner", "limits", "approvers"})
+    unknown = sorted(str(key)[:40] for key in data if key not in ("autonomous", "runner", "limits", "approvers"))
     if unknown:
-        problems.append(f"unknown keys ignored: {', '.join(map(str, unknown))}")
+        shown = ", ".join(unknown[:10]) + (f" and {len(unknown) - 10} more" if len(unknown) > 10 else "")
+        problems.append(f"unknown keys ignored: {shown}")
     return RepoConfig(**values, problems=tuple(problems))

@@ -359,6 +359,12 @@ class Worker:
         base = forge.default_branch(repo)
         return self.workspace.checkout(forge, repo, base, f"job-{job.id}"), base
 
+    def repo_config(self, job: Job):
+        """The repo's `.github/liger-bot.yml`; its problems are kept on the job for its status comment."""
+        config = self.runtime.repo_config(self.repo(job), job.installation_id)
+        status.note_config_problems(self.store, self.store.get(job.id), config.problems)
+        return config
+
     def adapter(self, job: Job) -> Adapter:
         try:
             return self.pipelines[job.verb]
@@ -379,7 +385,8 @@ class Worker:
             job = self.enter(job, JobState.DONE, message="", next_command="", result=result, **fields)
             self.workspace.discard_job(job.id)
             return job
-        config = self.runtime.repo_config(self.repo(job), job.installation_id)
+        config = self.repo_config(job)
+        job = self.store.get(job.id)
         review = list(understood.needs_review)
         if review or (job.checkpoint and not config.autonomous):
             why = f"needs review: {', '.join(review)}. " if review else ""
@@ -414,7 +421,8 @@ class Worker:
         job = self._push(job, checkout)
         if job is None:
             return
-        config = self.runtime.repo_config(self.repo(job), job.installation_id)
+        config = self.repo_config(job)
+        job = self.store.get(job.id)
         if config.runner == RunnerKind.ACTIONS.value and outcome.verify_target:
             return self._dispatch(job, config.runner_labels, outcome)
         figures = Figures.from_dir(self.workspace.out_dir(job.id))  # the plot, where this host ran the benchmark
@@ -579,7 +587,7 @@ class Worker:
         checkout, _ = self.fresh_checkout(job)
         understand = self.scan_understand or _scan_understand
         rows = scan(checkout, understand, progress=lambda _line: self.heartbeat(job.id))
-        config = self.runtime.repo_config(repo, job.installation_id)
+        config = self.repo_config(job)
         number = forge.find_issue(repo, DASHBOARD_TITLE)
         started = self._dashboard_notes(job.repo)
         body = render_dashboard(rows, started, (config.prs_per_hour, config.max_open_prs))
@@ -589,6 +597,7 @@ class Worker:
             forge.edit_issue(repo, number, body)
         summary = f"Dashboard: #{number} ({sum(1 for r in rows if r.verdict.value == 'patchable')} patchable)."
         result = {"rows": [r.to_json() for r in rows], "dashboard": number, "summary": summary}
+        result["config_problems"] = list(config.problems)
         self.enter(job, JobState.DONE, result=result)
         self.workspace.discard_job(job.id)
 

@@ -26,6 +26,7 @@ from sqlalchemy import case
 from sqlalchemy import create_engine
 from sqlalchemy import event
 from sqlalchemy import func
+from sqlalchemy import insert
 from sqlalchemy import select
 from sqlalchemy import update
 from sqlalchemy.exc import IntegrityError
@@ -174,6 +175,25 @@ class Store:
         except IntegrityError:
             return False
         return True
+
+    def add_deliveries(self, rows: list[dict]) -> set[str]:
+        """Store many deliveries (dicts of id, event, action, payload) in one transaction; the ids that were new."""
+        now = time.time()
+        try:
+            with self.engine.begin() as connection:
+                ids = {row["id"] for row in rows}
+                seen = set(connection.scalars(select(Delivery.id).where(Delivery.id.in_(ids))))
+                fresh: dict[str, dict] = {}
+                for row in rows:
+                    if row["id"] not in seen and row["id"] not in fresh:
+                        fresh[row["id"]] = {**row, "received_at": now}
+                if fresh:
+                    connection.execute(insert(Delivery), list(fresh.values()))
+            return set(fresh)
+        except IntegrityError:  # another process stored one of them meanwhile: one by one, each its own answer
+            return {
+                row["id"] for row in rows if self.add_delivery(row["id"], row["event"], row["action"], row["payload"])
+            }
 
     def delivery(self, delivery_id: str) -> Delivery | None:
         with self.session() as session:

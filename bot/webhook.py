@@ -38,7 +38,7 @@ def _answer(status: int, **fields):
     return response
 
 
-def receive(request: Request, runtime):
+def receive(request: Request, runtime, intake):
     body = request.get_data(cache=False)  # raises 413 first when Content-Length exceeds MAX_CONTENT_LENGTH
     if not signature_ok(runtime.config.webhook_secret, body, request.headers.get(SIGNATURE_HEADER)):
         return _answer(401, error=f"missing or wrong {SIGNATURE_HEADER}")
@@ -57,10 +57,6 @@ def receive(request: Request, runtime):
         return _answer(200, ok=True, zen=str(payload.get("zen", ""))[:200])
     if not handlers.routes_for(event, action):
         return _answer(200, ignored=f"{event}.{action}" if action else event)
-    if not runtime.store.add_delivery(delivery_id, event, action, body.decode("utf-8", "replace")):
+    if not intake.add(delivery_id, event, action, body.decode("utf-8", "replace")):  # committed and queued
         return _answer(200, duplicate=delivery_id)
-    try:
-        runtime.queue.enqueue_delivery(delivery_id)
-    except Exception:  # the delivery is stored: the worker's sweep queues it once the queue is back
-        log.exception("could not queue delivery %s; the worker's sweep will pick it up", delivery_id)
     return _answer(202, queued=delivery_id)

@@ -112,12 +112,13 @@ class Remote:
         return self.git("rev-parse", _CHECK_REF).strip()
 
 
-def _run_git(cwd: Path, config: dict[str, str], args) -> subprocess.CompletedProcess:
+def _run_git(cwd: Path, config: dict[str, str] | list[tuple[str, str]], args) -> subprocess.CompletedProcess:
     """git with `config` given as command-line config (GIT_CONFIG_*: not argv, so no process list shows a token;
     and protected, so a repository's own config cannot override it)."""
     env = {**os.environ, "GIT_TERMINAL_PROMPT": "0", "GIT_ASKPASS": "true", "GIT_CONFIG_NOSYSTEM": "1"}
-    env["GIT_CONFIG_COUNT"] = str(len(config))
-    for index, (key, value) in enumerate(config.items()):
+    pairs = list(config.items()) if isinstance(config, dict) else list(config)
+    env["GIT_CONFIG_COUNT"] = str(len(pairs))
+    for index, (key, value) in enumerate(pairs):
         env[f"GIT_CONFIG_KEY_{index}"] = key
         env[f"GIT_CONFIG_VALUE_{index}"] = value
     return subprocess.run(["git", *args], cwd=cwd, env=env, capture_output=True, text=True, timeout=300)
@@ -126,7 +127,9 @@ def _run_git(cwd: Path, config: dict[str, str], args) -> subprocess.CompletedPro
 def take_branch(checkout: Path, branch: str, clean: Path) -> None:
     """Copy `branch` of `checkout` (a tree target code could write) into the new bare repository `clean`."""
     source = Path(checkout).resolve()
-    local = {**HARDENED, "protocol.file.allow": "always", "safe.directory": str(source)}
+    # the stage user owns the checkout: trust it (and only it) for this one read, which runs no code of it
+    local = [*HARDENED.items(), ("protocol.file.allow", "always")]
+    local += [("safe.directory", str(source)), ("safe.directory", str(source / ".git"))]
     steps = (
         ("init", "-q", "--bare", str(clean)),
         ("-C", str(clean), "fetch", "-q", "--no-tags", "--no-recurse-submodules", str(source),

@@ -2,6 +2,7 @@ import os
 import subprocess
 import sys
 import sysconfig
+from pathlib import Path
 
 import pytest
 
@@ -36,10 +37,18 @@ def stage_python(tmp_path_factory):
     subprocess.run([base, "-m", "venv", "--without-pip", "--clear", str(venv)], check=True)
     site = venv / "lib" / f"python{sys.version_info.major}.{sys.version_info.minor}" / "site-packages"
     (site / "worker-packages.pth").write_text(f"import site; site.addsitedir({sysconfig.get_paths()['purelib']!r})\n")
+    for tool in Path(sys.executable).parent.iterdir():  # the worker venv's native tools (ruff), not its scripts
+        if not tool.name.startswith("python") and not (venv / "bin" / tool.name).exists() and _native(tool):
+            (venv / "bin" / tool.name).symlink_to(tool.resolve())
     subprocess.run(["chmod", "-R", "o+rX", str(venv)], check=True)
     os.environ[STAGE_PYTHON_VARIABLE] = str(venv / "bin" / "python")
     yield
     del os.environ[STAGE_PYTHON_VARIABLE]
+
+
+def _native(tool: Path) -> bool:
+    with tool.open("rb") as handle:
+        return handle.read(4) == b"\x7fELF"
 
 
 def _nobody_can_run(python: str) -> bool:

@@ -90,6 +90,7 @@ def test_probe_a_model_file_finds_nothing_to_steal_and_its_report_nothing_to_red
     (job,) = app.jobs()
     assert job.verb == "fuse" and job.job_state is JobState.FAILED  # the probe raised, at import, in the child
     (status,) = [c["body"] for c in app.forge.comments() if "liger-bot:status" in c["body"]]
+    assert "PROBE " in status, status
     seen = json.loads(status.split("PROBE ", 1)[1].split(" END", 1)[0])
     print("the stage child's view:", json.dumps(seen, indent=1))  # the figure of the closing note
     assert not set(APP_VARIABLES) & set(seen["environ"]) and "TRITON_SECRET_TOKEN" not in seen["environ"]

@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import enum
 import os
+import shlex
 import subprocess
 import tempfile
 import urllib.parse
@@ -112,13 +113,12 @@ class Remote:
         return self.git("rev-parse", _CHECK_REF).strip()
 
 
-def _run_git(cwd: Path, config: dict[str, str] | list[tuple[str, str]], args) -> subprocess.CompletedProcess:
+def _run_git(cwd: Path, config: dict[str, str], args) -> subprocess.CompletedProcess:
     """git with `config` given as command-line config (GIT_CONFIG_*: not argv, so no process list shows a token;
     and protected, so a repository's own config cannot override it)."""
     env = {**os.environ, "GIT_TERMINAL_PROMPT": "0", "GIT_ASKPASS": "true", "GIT_CONFIG_NOSYSTEM": "1"}
-    pairs = list(config.items()) if isinstance(config, dict) else list(config)
-    env["GIT_CONFIG_COUNT"] = str(len(pairs))
-    for index, (key, value) in enumerate(pairs):
+    env["GIT_CONFIG_COUNT"] = str(len(config))
+    for index, (key, value) in enumerate(config.items()):
         env[f"GIT_CONFIG_KEY_{index}"] = key
         env[f"GIT_CONFIG_VALUE_{index}"] = value
     return subprocess.run(["git", *args], cwd=cwd, env=env, capture_output=True, text=True, timeout=300)
@@ -127,13 +127,14 @@ def _run_git(cwd: Path, config: dict[str, str] | list[tuple[str, str]], args) ->
 def take_branch(checkout: Path, branch: str, clean: Path) -> None:
     """Copy `branch` of `checkout` (a tree target code could write) into the new bare repository `clean`."""
     source = Path(checkout).resolve()
-    # the stage user owns the checkout: trust it (and only it) for this one read, which runs no code of it
-    local = [*HARDENED.items(), ("protocol.file.allow", "always")]
-    local += [("safe.directory", str(source)), ("safe.directory", str(source / ".git"))]
+    local = {**HARDENED, "protocol.file.allow": "always"}
+    # upload-pack, the only git that reads the checkout, runs no hook and no code of it; the stage user owns the
+    # checkout, so trust it (and only it) there. git clears GIT_CONFIG_* for a local upload-pack: argv it is.
+    trust = " ".join(f"-c safe.directory={shlex.quote(str(path))}" for path in (source, source / ".git"))
     steps = (
         ("init", "-q", "--bare", str(clean)),
-        ("-C", str(clean), "fetch", "-q", "--no-tags", "--no-recurse-submodules", str(source),
-         f"+refs/heads/{branch}:refs/heads/{branch}"),
+        ("-C", str(clean), "fetch", "-q", "--no-tags", "--no-recurse-submodules",
+         f"--upload-pack=git {trust} upload-pack", str(source), f"+refs/heads/{branch}:refs/heads/{branch}"),
     )  # fmt: skip
     for args in steps:
         proc = _run_git(clean.parent, local, args)

@@ -191,10 +191,10 @@ def _unrunnable(python: str, user: StageUser | None):
     """A stage user that cannot run the interpreter is a deployment error: say which, and what to do."""
     try:
         yield
-    except PermissionError:
+    except PermissionError as error:
         who = f"the stage user {user.name}" if user else "this user"
         raise PipelineError(
-            f"{who} cannot run {python}",
+            f"{who} cannot reach {error.filename or python}",
             hint=f"install Python and liger-bot where {who} can read them, or point {STAGE_PYTHON_VARIABLE} at one",
         ) from None
 

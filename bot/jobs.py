@@ -11,6 +11,7 @@ the job is active (NULLs never collide, in SQLite and Postgres alike).
 from __future__ import annotations
 
 import enum
+import os
 import time
 from collections.abc import Iterator
 from contextlib import contextmanager
@@ -156,6 +157,8 @@ class Store:
         if self.engine.dialect.name == "sqlite":
             event.listen(self.engine, "connect", _sqlite_pragmas)
         Base.metadata.create_all(self.engine)
+        if self.engine.dialect.name == "sqlite" and self.engine.url.database not in (None, "", ":memory:"):
+            os.chmod(self.engine.url.database, 0o600)  # the App's alone: stage children run as another user
         self.sessions = sessionmaker(self.engine, expire_on_commit=False)
 
     @contextmanager

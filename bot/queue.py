@@ -7,6 +7,7 @@ worker is therefore found again by the worker's sweep (`Worker.sweep`), never by
 
 from __future__ import annotations
 
+import os
 from collections.abc import Callable
 
 from huey import Huey
@@ -87,4 +88,6 @@ def make_queue(redis_url: str = "", sqlite_path: str = "liger-bot-queue.db", imm
         return Queue(Huey(QUEUE_NAME, immediate=True, results=False))
     if redis_url:
         return Queue(RedisHuey(QUEUE_NAME, url=redis_url, results=False))
-    return Queue(SqliteHuey(QUEUE_NAME, filename=sqlite_path, results=False, storage_class=_WalNormalStorage))
+    queue = Queue(SqliteHuey(QUEUE_NAME, filename=sqlite_path, results=False, storage_class=_WalNormalStorage))
+    os.chmod(sqlite_path, 0o600)  # created with its tables above; the App's alone: stage children run as another user
+    return queue

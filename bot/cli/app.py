@@ -47,9 +47,8 @@ def _runtime(env, require_secret: bool, immediate: bool = False):
 
     config = load_config(env, require_secret=require_secret)
     configure_logging(config)
-    os.umask(
-        0o077
-    )  # the database, the queue and the work folder are the App's alone (stage children run as another user)
+    if env is os.environ:  # a real process of the App (not a test calling `program`): its files are its own
+        os.umask(0o077)  # the database, the queue, the work folder: unreadable by the stage user and anyone else
     return Runtime.from_config(config, immediate=immediate)
 
 

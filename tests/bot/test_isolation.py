@@ -50,6 +50,8 @@ seen = {
     "environ": sorted(os.environ),
     "worker_environ": attempt(f"/proc/{os.getppid()}/environ"),
     "key_file": attempt(KEY_PATH),
+    "database": attempt(DATABASE),
+    "queue": attempt(QUEUE),
 }
 raise RuntimeError("PROBE " + json.dumps(seen) + " END")
 """
@@ -81,7 +83,9 @@ def push_file(remote, tmp_path, path: str, text: str) -> None:
 def test_probe_a_model_file_finds_nothing_to_steal_and_its_report_nothing_to_redact(server, app, app_secrets, tmp_path):
     key_file = tmp_path / "app.private-key.pem"
     key_file.chmod(0o400)
-    probe = PROBE_MODEL.replace("KEY_PATH", repr(str(key_file)))
+    config = app.runtime.config
+    probe = PROBE_MODEL.replace("KEY_PATH", repr(str(key_file))).replace("QUEUE", repr(config.queue_path))
+    probe = probe.replace("DATABASE", repr(config.database_url.removeprefix("sqlite:///")))
     push_file(app.forge.remote, tmp_path, "examples/probe.py", probe)
     answer = server.deliver("issue_comment", comment_payload("/liger fuse examples/probe.py:make_model"))
     assert answer.status_code in (200, 202), answer.text
@@ -100,6 +104,7 @@ def test_probe_a_model_file_finds_nothing_to_steal_and_its_report_nothing_to_red
     if os.geteuid() == 0:  # the worker is root: the child ran as `nobody` and could read neither
         assert seen["uid"] == pwd.getpwnam("nobody").pw_uid
         assert seen["worker_environ"] == "PermissionError" and seen["key_file"] == "PermissionError"
+        assert seen["database"] == "PermissionError" and seen["queue"] == "PermissionError"
     assert os.environ["PRIVATE_KEY"] == KEY  # the worker itself still holds it
 
 

@@ -7,15 +7,17 @@ from flask import jsonify
 from flask import request
 
 from bot import webhook
+from bot.intake import DeliveryIntake
 
 
 def create_app(runtime) -> Flask:
     app = Flask("liger-bot")
     app.config["MAX_CONTENT_LENGTH"] = runtime.config.max_payload_bytes
+    intake = DeliveryIntake(runtime.store, runtime.queue)  # deliveries arriving together share one commit
 
     @app.post(runtime.config.webhook_path)
     def receive_webhook():
-        return webhook.receive(request, runtime)
+        return webhook.receive(request, runtime, intake)
 
     @app.get("/healthz")
     def healthz():

@@ -3,8 +3,9 @@
 A later pipeline plugs in by adding one row to VERBS (verb -> pipeline, required permission, help line) and an
 adapter to `bot.adapters.PIPELINES`; `/liger help` is rendered from this table. What a verb's target may be (a
 model name, a kernel spec, a model file) is a row of TARGETS, checked before anything becomes a path. Text inside
-fenced or indented code blocks, inline code and `>` quotes is never a command (people quote commands when they
-explain them).
+fenced or indented code blocks, inline code, HTML blocks, `<details>` and `>` quotes (with their lazy continuation
+lines) is never a command: people quote commands when they explain them, and a quote-reply must never turn an
+outsider's text into the quoter's command (`bot.rendered` judges lines the way GitHub renders them).
 """
 
 from __future__ import annotations
@@ -13,6 +14,7 @@ import re
 import shlex
 from dataclasses import dataclass
 
+from bot import rendered
 from bot.forge.base import Permission
 
 PREFIX = "/liger"
@@ -31,9 +33,7 @@ _PATH_SPEC_RE = re.compile(
     r"(?::(?P<name>[A-Za-z_][A-Za-z0-9_]*(?:\.[A-Za-z_][A-Za-z0-9_]*)*))?$"
 )
 _SNAKE_RE = re.compile(r"^[a-z][a-z0-9_]{0,47}$")
-_FENCE_RE = re.compile(r"^\s{0,3}(`{3,}|~{3,})")
 _INLINE_CODE_RE = re.compile(r"(`+).*?\1")
-_HTML_COMMENT_RE = re.compile(r"<!--.*?-->", re.DOTALL)
 
 
 @dataclass(frozen=True)
@@ -144,24 +144,14 @@ def _shown(text: str, limit: int = 40) -> str:
 
 
 def command_lines(body: str) -> list[str]:
-    """The lines of a comment that start with `/liger`, outside code blocks, inline code and quotes."""
-    lines: list[str] = []
-    fence: str | None = None
-    for raw in _HTML_COMMENT_RE.sub("", body or "").splitlines():
-        opening = _FENCE_RE.match(raw)
-        if fence is not None:
-            if opening and opening.group(1)[0] == fence[0] and len(opening.group(1)) >= len(fence):
-                fence = None
-            continue
-        if opening:
-            fence = opening.group(1)
-            continue
-        if raw.startswith(("    ", "\t")) or raw.lstrip().startswith(">"):
-            continue
-        line = _INLINE_CODE_RE.sub("", raw).strip()
+    """The lines of a comment that start with `/liger`, among the lines GitHub renders as the comment's own text
+    (`bot.rendered`: not quoted, lazily or not, not code, not HTML), inline code removed."""
+    found: list[str] = []
+    for text in rendered.plain_lines(body):
+        line = _INLINE_CODE_RE.sub("", text).strip(" \t")
         if line == PREFIX or line.startswith(PREFIX + " "):
-            lines.append(line)
-    return lines
+            found.append(line)
+    return found
 
 
 def validate_target(target: str) -> str:

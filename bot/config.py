@@ -15,6 +15,7 @@ from pathlib import Path
 
 import yaml
 
+from bot.forge import redact
 from pipelines.outcome import PipelineError
 
 DEFAULT_WEBHOOK_PATH = "/api/github/webhooks"
@@ -40,25 +41,46 @@ class AppConfig:
     max_payload_bytes: int = MAX_PAYLOAD_BYTES
     lease_seconds: float = 120.0  # a running job whose worker stopped heartbeating for this long is recovered
     max_resumes: int = 2  # resumes after a worker died mid-stage; then the job fails with a message
+    server_threads: int = 8  # `serve`: requests handled at once
+    connection_limit: int = 1000  # `serve`: open connections at most
+    read_timeout: float = 10.0  # `serve`: seconds a client has to send one whole request
 
     @property
     def can_authenticate(self) -> bool:
         return bool(self.app_id and self.private_key)
+
+    @property
+    def server_limits(self):
+        from bot.server import ServerLimits
+
+        return ServerLimits(
+            threads=self.server_threads,
+            connection_limit=self.connection_limit,
+            max_body=self.max_payload_bytes,
+            read_timeout=self.read_timeout,
+        )
+
+
+def _from_file(env: Mapping[str, str], name: str, hint: str) -> str:
+    """The secret in the file `{name}_PATH` names, or "" where it names none."""
+    path = env.get(f"{name}_PATH")
+    if not path:
+        return ""
+    try:
+        return Path(path).expanduser().read_text()
+    except OSError as exc:
+        raise PipelineError(f"{name}_PATH {path}: {exc.strerror}", hint=hint) from None
 
 
 def _private_key(env: Mapping[str, str]) -> str:
     if env.get("PRIVATE_KEY"):
         # probot accepts the key with literal "\n" (how most secret stores keep one line)
         return env["PRIVATE_KEY"].replace("\\n", "\n")
-    path = env.get("PRIVATE_KEY_PATH")
-    if not path:
-        return ""
-    try:
-        return Path(path).expanduser().read_text()
-    except OSError as exc:
-        raise PipelineError(
-            f"PRIVATE_KEY_PATH {path}: {exc.strerror}", hint="point it at the App's .pem file"
-        ) from None
+    return _from_file(env, "PRIVATE_KEY", "point it at the App's .pem file (mode 0400)")
+
+
+def _webhook_secret(env: Mapping[str, str]) -> str:
+    return env.get("WEBHOOK_SECRET") or _from_file(env, "WEBHOOK_SECRET", "a file holding only the secret").strip()
 
 
 def _int(env: Mapping[str, str], name: str, default: int) -> int:
@@ -73,11 +95,11 @@ def _int(env: Mapping[str, str], name: str, default: int) -> int:
 
 def load_config(env: Mapping[str, str] = os.environ, require_secret: bool = True) -> AppConfig:
     """The App's configuration from the environment. Without WEBHOOK_SECRET the server refuses to start."""
-    secret = env.get("WEBHOOK_SECRET", "")
+    secret = _webhook_secret(env)
     if require_secret and not secret:
         raise PipelineError(
             "WEBHOOK_SECRET is not set: the App refuses to accept unsigned webhooks",
-            hint="set WEBHOOK_SECRET to the secret of the GitHub App's webhook",
+            hint="set WEBHOOK_SECRET_PATH (or WEBHOOK_SECRET) to the secret of the GitHub App's webhook",
         )
     path = env.get("WEBHOOK_PATH") or DEFAULT_WEBHOOK_PATH
     if not path.startswith("/"):
@@ -85,10 +107,13 @@ def load_config(env: Mapping[str, str] = os.environ, require_secret: bool = True
     level = (env.get("LOG_LEVEL") or "info").upper()
     if level not in ("TRACE", "DEBUG", "INFO", "WARN", "WARNING", "ERROR", "FATAL", "CRITICAL"):
         raise PipelineError(f"LOG_LEVEL={level!r} is not a log level", hint="one of debug, info, warn, error")
+    private_key = _private_key(env)
+    for held in (secret, private_key):  # whatever leaves a process of the App is redacted of these
+        redact.remember(held)
     return AppConfig(
         webhook_secret=secret,
         app_id=env.get("APP_ID", ""),
-        private_key=_private_key(env),
+        private_key=private_key,
         webhook_path=path,
         host=env.get("HOST") or "0.0.0.0",
         port=_int(env, "PORT", 3000),
@@ -99,6 +124,9 @@ def load_config(env: Mapping[str, str] = os.environ, require_secret: bool = True
         github_api_url=(env.get("GITHUB_API_URL") or DEFAULT_API_URL).rstrip("/"),
         work_dir=env.get("WORK_DIR") or "liger-bot-work",
         lease_seconds=float(_int(env, "JOB_LEASE_SECONDS", 120)),
+        server_threads=max(1, _int(env, "SERVER_THREADS", 8)),
+        connection_limit=max(1, _int(env, "CONNECTION_LIMIT", 1000)),
+        read_timeout=float(max(1, _int(env, "READ_TIMEOUT_SECONDS", 10))),
     )
 
 
@@ -108,7 +136,9 @@ SECRET_VARIABLES = ("PRIVATE_KEY", "WEBHOOK_SECRET", "DATABASE_URL", "REDIS_URL"
 
 def hide_secrets_from_children(environ) -> list[str]:
     """Drop the App's secrets from `environ` (os.environ in the worker) once the config holds them; returns their
-    names. Subprocesses inherit the environment, and a test suite of the target can print it."""
+    names. Subprocesses inherit the environment, and a test suite of the target can print it. This does not change
+    /proc/<pid>/environ (the environment the process started with): pass secrets by file (PRIVATE_KEY_PATH,
+    WEBHOOK_SECRET_PATH), and run stage children as another user (bot.isolation) so they cannot read /proc."""
     hidden = [name for name in SECRET_VARIABLES if name in environ]
     for name in hidden:
         del environ[name]
@@ -117,8 +147,10 @@ def hide_secrets_from_children(environ) -> list[str]:
 
 def configure_logging(config: AppConfig) -> None:
     logging.basicConfig(level=config.log_level, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+    redact.install_handler_filters()  # every line the App logs, from any library, without secrets
     # one access-log line per delivery only when debugging (probot logs requests at debug too)
     logging.getLogger("werkzeug").setLevel("DEBUG" if config.log_level == "DEBUG" else "WARNING")
+    logging.getLogger("waitress.queue").setLevel("ERROR")  # "task queue depth" warnings under a burst are expected
 
 
 # --- the repo's .github/liger-bot.yml ---------------------------------------------------------------------
@@ -141,27 +173,72 @@ class RepoConfig:
 def _labels(value, problems: list[str]) -> tuple[str, ...] | None:
     if isinstance(value, str):
         value = [value]
-    if not isinstance(value, list) or not all(isinstance(v, str) and v.strip() for v in value):
-        problems.append("runner.labels must be a list of label names")
+    if (
+        not isinstance(value, list)
+        or len(value) > MAX_LABELS
+        or not all(isinstance(v, str) and v.strip() and len(v) <= MAX_NAME for v in value)
+    ):
+        problems.append(f"runner.labels must be a list of at most {MAX_LABELS} label names")
         return None
     return tuple(v.strip() for v in value)
 
 
+MAX_REPO_CONFIG_BYTES = 64 * 1024
+MAX_REPO_CONFIG_DEPTH = 8  # the file's shape is two levels deep; anything deeper is not a config
+MAX_LIMIT = 1000  # prs_per_hour, open_prs: more than this is a typo, not a policy
+MAX_LABELS, MAX_APPROVERS, MAX_NAME = 20, 100, 100
+
+
 def _positive_int(value, name: str, problems: list[str]) -> int | None:
-    if isinstance(value, bool) or not isinstance(value, int) or value < 0:
-        problems.append(f"{name} must be a whole number >= 0")
+    if isinstance(value, bool) or not isinstance(value, int) or not 0 <= value <= MAX_LIMIT:
+        problems.append(f"{name} must be a whole number from 0 to {MAX_LIMIT}")
         return None
     return value
 
 
-def parse_repo_config(text: str | None) -> RepoConfig:
-    """`.github/liger-bot.yml` -> RepoConfig. A bad file never stops the bot: defaults, with the problems listed."""
-    if not text:
-        return RepoConfig()
+def _depth(value, limit: int) -> int:
+    """How deep `value` nests, counted no further than `limit + 1` (no recursion: a deep file cannot crash it)."""
+    deepest, todo = 0, [(value, 1)]
+    while todo:
+        item, depth = todo.pop()
+        deepest = max(deepest, depth)
+        if deepest > limit:
+            return deepest
+        children = item.values() if isinstance(item, dict) else item if isinstance(item, list) else ()
+        todo.extend((child, depth + 1) for child in children)
+    return deepest
+
+
+def _load(text: str) -> tuple[object, str | None]:
+    """The parsed file, or why there is none. Never raises: the file is the target repository's to write."""
+    if len(text.encode("utf-8", "replace")) > MAX_REPO_CONFIG_BYTES:
+        return None, f"{REPO_CONFIG_PATH} is larger than {MAX_REPO_CONFIG_BYTES // 1024} KiB"
     try:
         data = yaml.safe_load(text)
     except yaml.YAMLError as exc:
-        return RepoConfig(problems=(f"{REPO_CONFIG_PATH} is not valid YAML ({exc.__class__.__name__})",))
+        return None, f"{REPO_CONFIG_PATH} is not valid YAML ({exc.__class__.__name__})"
+    except (RecursionError, ValueError, TypeError, OverflowError, MemoryError) as exc:
+        # nesting deeper than the parser recurses, a number past int's digit limit, an unhashable key
+        return None, f"{REPO_CONFIG_PATH} could not be read ({exc.__class__.__name__})"
+    if _depth(data, MAX_REPO_CONFIG_DEPTH) > MAX_REPO_CONFIG_DEPTH:
+        return None, f"{REPO_CONFIG_PATH} nests deeper than {MAX_REPO_CONFIG_DEPTH} levels"
+    return data, None
+
+
+def parse_repo_config(text: str | None) -> RepoConfig:
+    """`.github/liger-bot.yml` -> RepoConfig. A bad file never stops the bot: defaults, with the problems listed."""
+    try:
+        return _parse_repo_config(text)
+    except Exception as exc:  # a shape no check foresaw: still defaults and a problem, never a failed job
+        return RepoConfig(problems=(f"{REPO_CONFIG_PATH} could not be read ({exc.__class__.__name__})",))
+
+
+def _parse_repo_config(text: str | None) -> RepoConfig:
+    if not text:
+        return RepoConfig()
+    data, problem = _load(text)
+    if problem:
+        return RepoConfig(problems=(problem,))
     if data is None:
         return RepoConfig()
     if not isinstance(data, dict):
@@ -175,7 +252,7 @@ def parse_repo_config(text: str | None) -> RepoConfig:
             problems.append("autonomous must be true or false")
     runner = data.get("runner") or {}
     if isinstance(runner, dict):
-        if runner.get("kind", "local") in ("local", "actions"):
+        if isinstance(runner.get("kind", "local"), str) and runner.get("kind", "local") in ("local", "actions"):
             values["runner"] = runner.get("kind", "local")
         else:
             problems.append("runner.kind must be local or actions")
@@ -192,11 +269,16 @@ def parse_repo_config(text: str | None) -> RepoConfig:
         problems.append("limits must be a mapping (prs_per_hour, open_prs)")
     approvers = data.get("approvers")
     if approvers is not None:
-        if isinstance(approvers, list) and all(isinstance(a, str) for a in approvers):
+        if (
+            isinstance(approvers, list)
+            and len(approvers) <= MAX_APPROVERS
+            and all(isinstance(a, str) and len(a) <= MAX_NAME for a in approvers)
+        ):
             values["approvers"] = tuple(a.lstrip("@") for a in approvers)
         else:
             problems.append("approvers must be a list of GitHub logins")
-    unknown = sorted(set(data) - {"autonomous", "runner", "limits", "approvers"})
+    unknown = sorted(str(key)[:40] for key in data if key not in ("autonomous", "runner", "limits", "approvers"))
     if unknown:
-        problems.append(f"unknown keys ignored: {', '.join(map(str, unknown))}")
+        shown = ", ".join(unknown[:10]) + (f" and {len(unknown) - 10} more" if len(unknown) > 10 else "")
+        problems.append(f"unknown keys ignored: {shown}")
     return RepoConfig(**values, problems=tuple(problems))

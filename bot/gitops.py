@@ -4,6 +4,14 @@ Credentials travel in the remote URL (`https://x-access-token:TOKEN@host/owner/r
 handed to git through `GIT_CONFIG_*` environment entries (a named remote), not argv, so it never shows in a
 process list; every line git prints is redacted before it reaches a log or an exception.
 
+The push never runs from the job's checkout: target code ran there (as the stage user) and could have planted a
+hook, a config (`core.fsmonitor`, `core.sshCommand`, an `insteadOf`) or a gitfile. `push_branch` fetches the one
+branch into a fresh bare repository (git's upload-pack, which is safe to run on an untrusted repository, is all
+that touches the checkout) and pushes from there. Every git command here runs with hooks off
+(`core.hooksPath=/dev/null`), fsmonitor off and only the protocols it needs (`protocol.allow=never`, then http(s)
+for the remote and `file` for the one local fetch); the token exists only in the environment of the commands that
+talk to the remote.
+
 Renovate's rule: once the remote branch holds a commit the bot did not make, the bot stops rewriting it.
 A commit is the bot's when it is the head the bot last pushed, or when its committer is the bot's identity.
 """
@@ -12,7 +20,9 @@ from __future__ import annotations
 
 import enum
 import os
+import shlex
 import subprocess
+import tempfile
 import urllib.parse
 from dataclasses import dataclass
 from pathlib import Path
@@ -23,6 +33,15 @@ from pipelines.git import GitError
 
 REMOTE = "liger-bot-push"
 _CHECK_REF = "refs/liger-bot/remote-head"
+# git config for every command here: no hook, no fsmonitor, no transport but the ones named
+HARDENED = {
+    "core.hooksPath": "/dev/null",
+    "core.fsmonitor": "false",
+    "protocol.allow": "never",
+    "protocol.https.allow": "always",
+    "protocol.http.allow": "always",  # GitHub is https; the tests' git http-backend is http on 127.0.0.1
+    "credential.helper": "",  # never hand the token to a credential store
+}
 
 
 class PushOutcome(str, enum.Enum):
@@ -66,21 +85,20 @@ class Remote:
         self.checkout = Path(checkout)
         self.display_url = redact.redact(url)
         self._url = credentialed_url(url, credentials)
+        # the forge's own remote may be a local path (the local forge, tests): then, and only then, `file` too
+        self._transport = {} if url.startswith(("http://", "https://")) else {"protocol.file.allow": "always"}
 
     def git(self, *args: str) -> str:
         name, email = BOT_IDENTITY
         config = {
+            **HARDENED,
+            **self._transport,
             f"remote.{REMOTE}.url": self._url,
-            "credential.helper": "",  # never hand the token to a credential store
             "user.name": name,
             "user.email": email,
             "commit.gpgsign": "false",
         }
-        env = {**os.environ, "GIT_TERMINAL_PROMPT": "0", "GIT_ASKPASS": "true", "GIT_CONFIG_COUNT": str(len(config))}
-        for index, (key, value) in enumerate(config.items()):
-            env[f"GIT_CONFIG_KEY_{index}"] = key
-            env[f"GIT_CONFIG_VALUE_{index}"] = value
-        proc = subprocess.run(["git", *args], cwd=self.checkout, env=env, capture_output=True, text=True, timeout=300)
+        proc = _run_git(self.checkout, config, args)
         if proc.returncode != 0:
             detail = redact.redact(proc.stderr.strip().replace(self._url, self.display_url))
             raise GitError(f"git {args[0]} to {self.display_url} failed: {detail}")
@@ -93,6 +111,35 @@ class Remote:
     def fetch(self, branch: str) -> str:
         self.git("fetch", "-q", "--no-tags", REMOTE, f"+refs/heads/{branch}:{_CHECK_REF}")
         return self.git("rev-parse", _CHECK_REF).strip()
+
+
+def _run_git(cwd: Path, config: dict[str, str], args) -> subprocess.CompletedProcess:
+    """git with `config` given as command-line config (GIT_CONFIG_*: not argv, so no process list shows a token;
+    and protected, so a repository's own config cannot override it)."""
+    env = {**os.environ, "GIT_TERMINAL_PROMPT": "0", "GIT_ASKPASS": "true", "GIT_CONFIG_NOSYSTEM": "1"}
+    env["GIT_CONFIG_COUNT"] = str(len(config))
+    for index, (key, value) in enumerate(config.items()):
+        env[f"GIT_CONFIG_KEY_{index}"] = key
+        env[f"GIT_CONFIG_VALUE_{index}"] = value
+    return subprocess.run(["git", *args], cwd=cwd, env=env, capture_output=True, text=True, timeout=300)
+
+
+def take_branch(checkout: Path, branch: str, clean: Path) -> None:
+    """Copy `branch` of `checkout` (a tree target code could write) into the new bare repository `clean`."""
+    source = Path(checkout).resolve()
+    local = {**HARDENED, "protocol.file.allow": "always"}
+    # upload-pack, the only git that reads the checkout, runs no hook and no code of it; the stage user owns the
+    # checkout, so trust it (and only it) there. git clears GIT_CONFIG_* for a local upload-pack: argv it is.
+    trust = " ".join(f"-c safe.directory={shlex.quote(str(path))}" for path in (source, source / ".git"))
+    steps = (
+        ("init", "-q", "--bare", str(clean)),
+        ("-C", str(clean), "fetch", "-q", "--no-tags", "--no-recurse-submodules",
+         f"--upload-pack=git {trust} upload-pack", str(source), f"+refs/heads/{branch}:refs/heads/{branch}"),
+    )  # fmt: skip
+    for args in steps:
+        proc = _run_git(clean.parent, local, args)
+        if proc.returncode != 0:
+            raise GitError(f"could not take {branch} from the job's checkout: {redact.redact(proc.stderr.strip())}")
 
 
 def foreign_commits(remote: Remote, remote_head: str, local_head: str) -> list[str]:
@@ -109,8 +156,18 @@ def push_branch(
     credentials: tuple[str, str] | None = None,
     last_pushed: str | None = None,
 ) -> PushResult:
-    """Push the local `branch` to `url`, replacing what the bot pushed before, never what a person pushed."""
-    remote = Remote(checkout, url, credentials)
+    """Push the local `branch` to `url`, replacing what the bot pushed before, never what a person pushed. The push
+    runs from a clean copy of the branch, never from `checkout` itself."""
+    with tempfile.TemporaryDirectory(prefix="liger-bot-push-") as scratch:
+        clean = Path(scratch) / "clean.git"
+        take_branch(checkout, branch, clean)
+        return _push_from(clean, branch, url, credentials, last_pushed)
+
+
+def _push_from(
+    clean: Path, branch: str, url: str, credentials: tuple[str, str] | None, last_pushed: str | None
+) -> PushResult:
+    remote = Remote(clean, url, credentials)
     local_head = remote.git("rev-parse", f"refs/heads/{branch}").strip()
     remote_head = remote.head(branch)
     if remote_head == local_head:

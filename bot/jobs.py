@@ -11,6 +11,7 @@ the job is active (NULLs never collide, in SQLite and Postgres alike).
 from __future__ import annotations
 
 import enum
+import os
 import time
 from collections.abc import Iterator
 from contextlib import contextmanager
@@ -26,6 +27,7 @@ from sqlalchemy import case
 from sqlalchemy import create_engine
 from sqlalchemy import event
 from sqlalchemy import func
+from sqlalchemy import insert
 from sqlalchemy import select
 from sqlalchemy import update
 from sqlalchemy.exc import IntegrityError
@@ -155,6 +157,8 @@ class Store:
         if self.engine.dialect.name == "sqlite":
             event.listen(self.engine, "connect", _sqlite_pragmas)
         Base.metadata.create_all(self.engine)
+        if self.engine.dialect.name == "sqlite" and self.engine.url.database not in (None, "", ":memory:"):
+            os.chmod(self.engine.url.database, 0o600)  # the App's alone: stage children run as another user
         self.sessions = sessionmaker(self.engine, expire_on_commit=False)
 
     @contextmanager
@@ -174,6 +178,25 @@ class Store:
         except IntegrityError:
             return False
         return True
+
+    def add_deliveries(self, rows: list[dict]) -> set[str]:
+        """Store many deliveries (dicts of id, event, action, payload) in one transaction; the ids that were new."""
+        now = time.time()
+        try:
+            with self.engine.begin() as connection:
+                ids = {row["id"] for row in rows}
+                seen = set(connection.scalars(select(Delivery.id).where(Delivery.id.in_(ids))))
+                fresh: dict[str, dict] = {}
+                for row in rows:
+                    if row["id"] not in seen and row["id"] not in fresh:
+                        fresh[row["id"]] = {**row, "received_at": now}
+                if fresh:
+                    connection.execute(insert(Delivery), list(fresh.values()))
+            return set(fresh)
+        except IntegrityError:  # another process stored one of them meanwhile: one by one, each its own answer
+            return {
+                row["id"] for row in rows if self.add_delivery(row["id"], row["event"], row["action"], row["payload"])
+            }
 
     def delivery(self, delivery_id: str) -> Delivery | None:
         with self.session() as session:

@@ -7,14 +7,26 @@ worker is therefore found again by the worker's sweep (`Worker.sweep`), never by
 
 from __future__ import annotations
 
+import os
 from collections.abc import Callable
 
 from huey import Huey
 from huey import RedisHuey
 from huey import SqliteHuey
 from huey.consumer import Consumer
+from huey.storage import SqliteStorage
 
 QUEUE_NAME = "liger-bot"
+
+
+class _WalNormalStorage(SqliteStorage):
+    """huey's SQLite storage with WAL's `synchronous=NORMAL` (what the database uses) instead of FULL: a commit is
+    safe from a killed process without an fsync each. A task lost to a power cut is found again by the sweep."""
+
+    def _create_connection(self):
+        conn = super()._create_connection()
+        conn.execute("pragma synchronous=1")
+        return conn
 
 
 class Queue:
@@ -76,4 +88,6 @@ def make_queue(redis_url: str = "", sqlite_path: str = "liger-bot-queue.db", imm
         return Queue(Huey(QUEUE_NAME, immediate=True, results=False))
     if redis_url:
         return Queue(RedisHuey(QUEUE_NAME, url=redis_url, results=False))
-    return Queue(SqliteHuey(QUEUE_NAME, filename=sqlite_path, results=False))
+    queue = Queue(SqliteHuey(QUEUE_NAME, filename=sqlite_path, results=False, storage_class=_WalNormalStorage))
+    os.chmod(sqlite_path, 0o600)  # created with its tables above; the App's alone: stage children run as another user
+    return queue

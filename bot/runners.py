@@ -9,9 +9,11 @@ A verify run may also measure: its `Figures` (bot/figures.py) come beside report
 
 from __future__ import annotations
 
+import dataclasses
 import enum
 import io
 import json
+import time
 import zipfile
 from collections.abc import Callable
 from collections.abc import Mapping
@@ -55,31 +57,73 @@ class VerifyReport:
     job_id: str
     gates: tuple[GateResult, ...]
     figures: Figures = field(default_factory=Figures, compare=False)  # not in report.json: files beside it
+    head_sha: str = ""  # the commit the gates ran on (`git rev-parse HEAD` of the runner's checkout)
 
     @property
     def passed(self) -> bool:
         return not hard_failure(list(self.gates))
 
     def to_json(self) -> dict:
-        return {"job_id": self.job_id, "gates": [g.to_record() for g in self.gates]}
+        return {"job_id": self.job_id, "head_sha": self.head_sha, "gates": [g.to_record() for g in self.gates]}
 
     @classmethod
     def from_json(cls, data: Mapping) -> VerifyReport:
         try:
             gates = tuple(GateResult.from_record(g) for g in data["gates"])
-            return cls(str(data["job_id"]), gates)
+            return cls(str(data["job_id"]), gates, head_sha=str(data.get("head_sha") or ""))
         except (KeyError, TypeError, ValueError) as error:
             raise PipelineError(
                 f"the verify report is malformed ({error!r})", hint="check the workflow's verify step"
             ) from None
 
+    def binding_problem(self, job_id: str, head_sha: str) -> str | None:
+        """Why this report is not the verdict of job `job_id` on commit `head_sha`, or None when it is."""
+        if self.job_id != job_id:
+            return f"it verified job {self.job_id}"
+        if not head_sha or self.head_sha != head_sha:
+            return f"it verified commit {self.head_sha[:12] or '(none named)'}, not {head_sha[:12]}"
+        return None
+
+
+DISPATCH_EVENT = "workflow_dispatch"
+CLOCK_SKEW_SECONDS = 120.0  # GitHub's clock against the worker's: a run created this long before dispatch still counts
+
 
 @dataclass(frozen=True)
 class Dispatched:
-    """Verification runs elsewhere; the job waits for the workflow run on `branch` to complete."""
+    """What the App dispatched: the only workflow run whose result the job accepts (see `mismatch`)."""
 
     workflow: str
     branch: str
+    head_sha: str = ""  # the commit the App pushed to `branch`
+    actor: str = ""  # the App's bot login: GitHub names it the actor of a run it dispatched
+    at: float = 0.0  # when (epoch s), on the worker's clock
+    run_id: int | None = None  # once known (from the dispatch answer, or the first run that matched)
+    event: str = DISPATCH_EVENT
+
+    def to_json(self) -> dict:
+        return dataclasses.asdict(self)
+
+    @classmethod
+    def from_json(cls, data: Mapping) -> Dispatched:
+        known = {f.name for f in dataclasses.fields(cls)}
+        return cls(**{k: v for k, v in data.items() if k in known})
+
+    def mismatch(self, run: WorkflowRun, repo: RepoRef) -> str | None:
+        """Why `run` is not the run dispatched here, or None when it matches on everything recorded."""
+        checks = (
+            (self.run_id is None or run.id == self.run_id, f"run id {run.id}, not {self.run_id}"),
+            (run.path == f".github/workflows/{self.workflow}", f"workflow {run.path!r}"),
+            (run.event == self.event, f"event {run.event!r}, not {self.event}"),
+            (run.head_branch == self.branch, f"branch {run.head_branch!r}"),
+            (bool(self.head_sha) and run.head_sha == self.head_sha, f"commit {run.head_sha[:12]!r}"),
+            (run.head_repository == repo.full_name, f"commit from {run.head_repository or 'an unnamed repository'}"),
+            (bool(self.actor) and run.actor == self.actor, f"actor {run.actor!r}, not {self.actor}"),
+            (run.triggering_actor in ("", self.actor), f"triggered by {run.triggering_actor!r}"),
+            (run.created_at >= self.at - CLOCK_SKEW_SECONDS, "created before the dispatch"),
+        )
+        problems = [why for ok, why in checks if not ok]
+        return "; ".join(problems) or None
 
 
 class Runner:
@@ -111,9 +155,14 @@ class ActionsRunner(Runner):
         self.labels = tuple(labels)
         self.workflow = workflow
 
-    def start(self, request: VerifyRequest) -> Dispatched:
+    def expect(self, request: VerifyRequest, head_sha: str) -> Dispatched:
+        """What the dispatch of `request` will be matched on, recorded on the job before it is sent."""
+        return Dispatched(self.workflow, request.branch, head_sha, self.forge.actor_login(request.repo), time.time())
+
+    def start(self, request: VerifyRequest, expected: Dispatched | None = None) -> Dispatched:
         if not request.branch.startswith(BRANCH_PREFIX):
             raise PipelineError(f"refusing to verify {request.branch!r} on GPU runners: not a liger-bot branch")
+        expected = expected or self.expect(request, "")
         inputs = {
             "job_id": request.job_id,
             "pipeline": request.pipeline,
@@ -121,22 +170,23 @@ class ActionsRunner(Runner):
             "runner_labels": json.dumps(list(self.labels)),
             "settings": json.dumps(list(request.settings)),
         }
-        self.forge.dispatch_workflow(request.repo, self.workflow, request.branch, inputs)
-        return Dispatched(self.workflow, request.branch)
+        run_id = self.forge.dispatch_workflow(request.repo, self.workflow, request.branch, inputs)
+        return dataclasses.replace(expected, run_id=run_id)
 
-    def resume(self, repo: RepoRef, run: WorkflowRun, job_id: str) -> VerifyReport:
-        """The verdict of a completed run: its report, or one failed gate saying why there is none."""
+    def resume(self, repo: RepoRef, run: WorkflowRun, job_id: str, head_sha: str = "") -> VerifyReport:
+        """The verdict of a completed run: its report, or one failed gate saying why there is none (made here, for
+        the job and commit the run was dispatched for)."""
         archive = self.forge.download_artifact(repo, run.id, REPORT_ARTIFACT)
         if archive is None:
             detail = f"workflow run {run.id} ended {run.conclusion or run.status} without uploading {REPORT_ARTIFACT}"
-            return VerifyReport(job_id, (GateResult("gpu workflow", GateStatus.FAIL, detail),))
+            return VerifyReport(job_id, (GateResult("gpu workflow", GateStatus.FAIL, detail),), head_sha=head_sha)
         with zipfile.ZipFile(io.BytesIO(archive)) as bundle:
             if REPORT_FILE not in bundle.namelist():
                 raise PipelineError(
                     f"the {REPORT_ARTIFACT} artifact holds no {REPORT_FILE}", hint="check the workflow's verify step"
                 )
             report = VerifyReport.from_json(json.loads(bundle.read(REPORT_FILE)))
-            return VerifyReport(report.job_id, report.gates, Figures.from_archive(bundle))
+            return dataclasses.replace(report, figures=Figures.from_archive(bundle))
 
 
 class WorkflowKind(str, enum.Enum):
@@ -157,7 +207,7 @@ def classify_workflow_run(payload: Mapping) -> tuple[WorkflowKind, WorkflowRun] 
         return None
     if kind is WorkflowKind.VERIFY and not str(run.get("head_branch", "")).startswith(BRANCH_PREFIX):
         return None
-    return kind, WorkflowRun(int(run["id"]), str(run["status"]), run.get("conclusion"), str(run.get("head_branch", "")))
+    return kind, WorkflowRun.from_json(run)
 
 
 def make_runner(

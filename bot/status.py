@@ -8,6 +8,8 @@ from __future__ import annotations
 
 import json
 
+from bot.config import REPO_CONFIG_PATH
+from bot.forge import redact
 from bot.forge.base import Forge
 from bot.forge.base import RepoRef
 from bot.jobs import Job
@@ -86,6 +88,9 @@ def _details(job: Job, state: JobState) -> list[str]:
             parts.append("Needs review: " + ", ".join(f"`{k}`" for k in review))
     if job.overrides:
         parts.append("Overrides: " + ", ".join(f"`{o}`" for o in job.overrides))
+    if result.get("config_problems"):
+        shown = "; ".join(f"`{_code(p)}`" for p in result["config_problems"])
+        parts.append(f"`{REPO_CONFIG_PATH}` has problems, so defaults are used for them: {shown}")
     if result.get("gates"):
         parts.append(gate_table(result["gates"]))
     if result.get("summary"):
@@ -97,6 +102,19 @@ def _details(job: Job, state: JobState) -> list[str]:
     if job.next_command:
         parts.append(f"Next: `{job.next_command}`")
     return parts
+
+
+def _code(text: str) -> str:
+    """Text from the target repository shown as inline code: no backtick or line break can end it early."""
+    return str(text).replace("`", "'").replace("\n", " ")[:200]
+
+
+def note_config_problems(store, job: Job, problems) -> Job:
+    """Keep the repo config's problems on the job: its status comment shows them once, however often it is read."""
+    problems = list(problems)
+    if list((job.result or {}).get("config_problems") or []) == problems:
+        return job
+    return store.update(job.id, result={**(job.result or {}), "config_problems": problems})
 
 
 def render(job: Job) -> str:
@@ -112,7 +130,7 @@ def render(job: Job) -> str:
 def publish(forge: Forge, store, job: Job) -> int:
     """Create or edit the job's one status comment; returns its id (saved on the job)."""
     repo = RepoRef(*job.repo.split("/", 1))
-    body = render(job)
+    body = redact.redact(render(job))  # a stage's error text is the target's output: never a secret in it
     comment_id = job.status_comment_id or forge.find_comment(repo, job.thread, status_marker(job))
     if comment_id is None:
         comment_id = forge.create_comment(repo, job.thread, body)

@@ -50,6 +50,7 @@ from bot.jobs import Job
 from bot.jobs import JobState
 from bot.runners import VERIFY_WORKFLOW
 from bot.runners import ActionsRunner
+from bot.runners import Dispatched
 from bot.runners import RunnerKind
 from bot.runners import VerifyReport
 from bot.runners import VerifyRequest
@@ -113,9 +114,10 @@ class GitWorkspace:
         dest = self.root / name
         shutil.rmtree(dest, ignore_errors=True)
         dest.parent.mkdir(parents=True, exist_ok=True)
-        proc = subprocess.run(
-            ["git", "clone", "-q", "-b", branch, str(mirror), str(dest)], capture_output=True, text=True
-        )
+        os.chmod(self.root, 0o711)  # a stage child (another user) may reach its own folder, not list the others
+        # --no-hardlinks: the stage user will own the checkout's files, never an object shared with the mirror
+        argv = ["git", "-c", "core.hooksPath=/dev/null", "clone", "-q", "--no-hardlinks", "-b", branch]
+        proc = subprocess.run([*argv, str(mirror), str(dest)], capture_output=True, text=True)
         if proc.returncode != 0:
             raise PipelineError(f"could not check out {repo.full_name}@{branch}: {proc.stderr.strip()[-300:]}")
         return open_checkout(dest)
@@ -357,6 +359,12 @@ class Worker:
         base = forge.default_branch(repo)
         return self.workspace.checkout(forge, repo, base, f"job-{job.id}"), base
 
+    def repo_config(self, job: Job):
+        """The repo's `.github/liger-bot.yml`; its problems are kept on the job for its status comment."""
+        config = self.runtime.repo_config(self.repo(job), job.installation_id)
+        status.note_config_problems(self.store, self.store.get(job.id), config.problems)
+        return config
+
     def adapter(self, job: Job) -> Adapter:
         try:
             return self.pipelines[job.verb]
@@ -379,7 +387,8 @@ class Worker:
             job = self.enter(job, JobState.DONE, message="", next_command="", result=result, **fields)
             self.workspace.discard_job(job.id)
             return job
-        config = self.runtime.repo_config(self.repo(job), job.installation_id)
+        config = self.repo_config(job)
+        job = self.store.get(job.id)
         review = list(understood.needs_review)
         if review or (job.checkpoint and not config.autonomous):
             why = f"needs review: {', '.join(review)}. " if review else ""
@@ -414,7 +423,8 @@ class Worker:
         job = self._push(job, checkout)
         if job is None:
             return
-        config = self.runtime.repo_config(self.repo(job), job.installation_id)
+        config = self.repo_config(job)
+        job = self.store.get(job.id)
         if config.runner == RunnerKind.ACTIONS.value and outcome.verify_target:
             return self._dispatch(job, config.runner_labels, outcome)
         figures = Figures.from_dir(self.workspace.out_dir(job.id))  # the plot, where this host ran the benchmark
@@ -483,7 +493,8 @@ class Worker:
             self.repo(job), job.branch, job.verb, outcome.verify_target, str(job.id), tuple(job.overrides)
         )
         shown = ", ".join(labels)
-        dispatched = {"workflow": runner.workflow, "branch": job.branch, "labels": list(labels), "at": time.time()}
+        expected = runner.expect(request, job.pushed_sha)  # the one run this job will accept
+        dispatched = {**expected.to_json(), "labels": list(labels)}
         result = {
             **(job.result or {}),
             "dispatched": dispatched,
@@ -494,30 +505,54 @@ class Worker:
             job, result, f"verifying on GPU runners ({shown}): waiting for `{runner.workflow}` on `{job.branch}`"
         )
         try:  # parked first, so a run that finishes at once finds the job waiting for it
-            runner.start(request)
+            sent = runner.start(request, expected)
         except BaseException:
             self.store.update(
                 job.id, result=before.result, worker=self.name, lease_until=before.lease_until, message=""
             )
             raise
+        if sent.run_id is not None:
+            job = self._bind_run(job.id, sent.run_id)
         self.workspace.discard_job(job.id)
         self.publish(job)
+
+    def _bind_run(self, job_id: int, run_id: int) -> Job:
+        """From now on only run `run_id` can decide the job."""
+        job = self.store.get(job_id)
+        result = dict(job.result or {})
+        result["dispatched"] = {**result["dispatched"], "run_id": run_id}
+        return self.store.update(job_id, result=result)
+
+    def _dispatched_run(self, forge: Forge, repo: RepoRef, dispatched: Dispatched) -> WorkflowRun | None:
+        """The run the App dispatched, among the branch's runs; the others are logged and ignored."""
+        for run in forge.workflow_runs(repo, dispatched.workflow, dispatched.branch):
+            why = dispatched.mismatch(run, repo)
+            if why is None:
+                return run
+            log.info("ignored workflow run %s on %s: not the run the App dispatched: %s", run.id, run.head_branch, why)
+        return None
 
     def resume_verification(self, job: Job) -> None:
         """The parked job's verdict: the report of its completed run, merged over the gates the worker ran."""
         forge, repo = self.forge(job), self.repo(job)
         result = dict(job.result or {})
+        dispatched = Dispatched.from_json(result["dispatched"])
         finished = result.get("workflow_run")
         if finished is None:  # the lease ran out with no webhook: ask GitHub about the run
-            run = forge.latest_workflow_run(repo, VERIFY_WORKFLOW, job.branch)
+            run = self._dispatched_run(forge, repo, dispatched)
+            if run is not None and dispatched.run_id is None:
+                job = self._bind_run(job.id, run.id)
+                result = dict(job.result)
             if run is None or run.status != "completed":
                 return self._still_waiting(job, result, run)
         else:
             run = WorkflowRun(int(finished["id"]), "completed", finished.get("conclusion"), job.branch)
-        report = ActionsRunner(forge).resume(repo, run, str(job.id))
-        if report.job_id != str(job.id):  # an earlier job's run on this branch: keep waiting for ours
+        report = ActionsRunner(forge).resume(repo, run, str(job.id), dispatched.head_sha)
+        problem = report.binding_problem(str(job.id), dispatched.head_sha)
+        if problem:  # not this job's verdict on this commit (an earlier job's run, a doctored report): keep waiting
+            log.warning("job %s: ignored the report of workflow run %s: %s", job.id, run.id, problem)
             result.pop("workflow_run", None)
-            self._park(job, result, f"ignored workflow run {run.id} (it verified job {report.job_id}); still waiting")
+            self._park(job, result, f"ignored workflow run {run.id} ({problem}); still waiting")
             return
         local = result.get("gates") or []
         merged = _merge_gates(local, [g.to_record() for g in report.gates])
@@ -554,7 +589,7 @@ class Worker:
         checkout, _ = self.fresh_checkout(job)
         understand = self.scan_understand or _scan_understand
         rows = scan(checkout, understand, progress=lambda _line: self.heartbeat(job.id))
-        config = self.runtime.repo_config(repo, job.installation_id)
+        config = self.repo_config(job)
         number = forge.find_issue(repo, DASHBOARD_TITLE)
         started = self._dashboard_notes(job.repo)
         body = render_dashboard(rows, started, (config.prs_per_hour, config.max_open_prs))
@@ -564,6 +599,7 @@ class Worker:
             forge.edit_issue(repo, number, body)
         summary = f"Dashboard: #{number} ({sum(1 for r in rows if r.verdict.value == 'patchable')} patchable)."
         result = {"rows": [r.to_json() for r in rows], "dashboard": number, "summary": summary}
+        result["config_problems"] = list(config.problems)
         self.enter(job, JobState.DONE, result=result)
         self.workspace.discard_job(job.id)
 

@@ -18,7 +18,8 @@ class Git:
 
     def run(self, *args: str, check: bool = True) -> str:
         name, email = BOT_IDENTITY
-        argv = ["git", "-c", f"user.name={name}", "-c", f"user.email={email}", "-c", "commit.gpgsign=false", *args]
+        argv = ["git", "-c", f"user.name={name}", "-c", f"user.email={email}", "-c", "commit.gpgsign=false"]
+        argv += ["-c", "core.hooksPath=/dev/null", *args]  # a hook the target's code planted never runs
         proc = subprocess.run(argv, cwd=self.root, capture_output=True, text=True)
         if check and proc.returncode != 0:
             raise GitError(f"git {' '.join(args)} failed in {self.root}: {proc.stderr.strip()}")

@@ -47,27 +47,25 @@ def _runtime(env, require_secret: bool, immediate: bool = False):
 
     config = load_config(env, require_secret=require_secret)
     configure_logging(config)
+    if env is os.environ:  # a real process of the App (not a test calling `program`): its files are its own
+        os.umask(0o077)  # the database, the queue, the work folder: unreadable by the stage user and anyone else
     return Runtime.from_config(config, immediate=immediate)
 
 
 def serve_command(args, ui) -> ExitStatus:
-    from werkzeug.serving import make_server
-
     from bot.app import create_app
+    from bot.server import make_server
+    from bot.server import serve_until_stopped
 
     runtime = _runtime(ui.env, require_secret=True)
     host, port = args.host or runtime.config.host, args.port or runtime.config.port
-    server = make_server(host, port, create_app(runtime), threaded=True)
+    server = make_server(create_app(runtime), host, port, runtime.config.server_limits)
     ui.progress(
-        f"listening on http://{host}:{server.port}{runtime.config.webhook_path} (queue: {runtime.queue.backend})"
+        f"listening on http://{host}:{server.effective_port}{runtime.config.webhook_path} "
+        f"(waitress, queue: {runtime.queue.backend})"
     )
-    try:
-        server.serve_forever()  # werkzeug's returns on Ctrl-C; an interrupt outside its loop lands below
-    except KeyboardInterrupt:
-        pass
-    finally:
-        server.server_close()
-    ui.progress("stopped")  # Ctrl-C is how a person stops the server: a clean stop, exit status 0
+    serve_until_stopped(server)  # Ctrl-C or SIGTERM: a clean stop, exit status 0
+    ui.progress("stopped")
     return ExitStatus.OK
 
 

@@ -90,7 +90,8 @@ def verify_command(args, ui) -> ExitStatus:
     # the benchmark table and plot land beside the report, so the workflow uploads them in the same artifact
     request = Request(checkout, target, settings, out_dir=report_path.resolve().parent, profile=_profile(args.profile))
     gates = adapter.verify_branch(request, lambda event: ui.progress(event if isinstance(event, str) else event.name))
-    report = VerifyReport(str(args.job_id), tuple(gates))
+    # bound to the job and to the commit the gates ran on: the App accepts it only for the head SHA it pushed
+    report = VerifyReport(str(args.job_id), tuple(gates), head_sha=checkout.git.head())
     report_path.write_text(json.dumps(report.to_json(), indent=2) + "\n")
     ui.result(gates_table(list(gates)))
     ui.progress(f"report written to {args.report}")

@@ -7,7 +7,9 @@ creates one, so a retried job never opens a second PR.
 from __future__ import annotations
 
 import enum
+from collections.abc import Mapping
 from dataclasses import dataclass
+from datetime import datetime
 from typing import Protocol
 
 
@@ -75,6 +77,42 @@ class WorkflowRun:
     status: str  # queued | in_progress | completed
     conclusion: str | None
     head_branch: str
+    # what the run claims about its origin; bot.runners.Dispatch.mismatch checks each against what the App sent
+    head_sha: str = ""
+    event: str = ""
+    actor: str = ""  # login of the run's actor
+    triggering_actor: str = ""
+    path: str = ""  # .github/workflows/<file>
+    head_repository: str = ""  # owner/name the run's commit came from (a fork's name for a fork's run)
+    created_at: float = 0.0  # epoch seconds
+
+    @classmethod
+    def from_json(cls, run: Mapping) -> WorkflowRun:
+        """From GitHub's `workflow-run` object (a webhook's `workflow_run`, or the REST API's)."""
+
+        def login(key: str) -> str:
+            return str((run.get(key) or {}).get("login") or "")
+
+        return cls(
+            id=int(run["id"]),
+            status=str(run.get("status") or ""),
+            conclusion=run.get("conclusion"),
+            head_branch=str(run.get("head_branch") or ""),
+            head_sha=str(run.get("head_sha") or ""),
+            event=str(run.get("event") or ""),
+            actor=login("actor"),
+            triggering_actor=login("triggering_actor"),
+            path=str(run.get("path") or "").split("@", 1)[0],
+            head_repository=str((run.get("head_repository") or {}).get("full_name") or ""),
+            created_at=_epoch(run.get("created_at")),
+        )
+
+
+def _epoch(stamp) -> float:
+    try:
+        return datetime.fromisoformat(str(stamp).replace("Z", "+00:00")).timestamp()
+    except ValueError:
+        return 0.0
 
 
 class Forge(Protocol):
@@ -109,10 +147,16 @@ class Forge(Protocol):
 
     def find_issue(self, repo: RepoRef, title: str) -> int | None: ...
 
-    def dispatch_workflow(self, repo: RepoRef, workflow: str, ref: str, inputs: dict[str, str]) -> None: ...
+    def dispatch_workflow(self, repo: RepoRef, workflow: str, ref: str, inputs: dict[str, str]) -> int | None:
+        """Dispatch `workflow` on `ref`; the new run's id where GitHub says it (None: learn it from the run)."""
+        ...
 
-    def latest_workflow_run(self, repo: RepoRef, workflow: str, branch: str) -> WorkflowRun | None:
-        """The newest dispatched run of `workflow` on `branch`, or None where none ran."""
+    def workflow_runs(self, repo: RepoRef, workflow: str, branch: str) -> list[WorkflowRun]:
+        """Recent dispatched runs of `workflow` on `branch`, newest first."""
+        ...
+
+    def actor_login(self, repo: RepoRef) -> str:
+        """The login GitHub names as the actor of what this forge does in `repo` (the App's `<slug>[bot]`)."""
         ...
 
     def download_artifact(self, repo: RepoRef, run_id: int, name: str) -> bytes | None: ...

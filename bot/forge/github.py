@@ -153,7 +153,10 @@ class InstallationTokens:
             return grant.token
 
     def installation_id(self, repo: RepoRef) -> int:
-        return self._integration.get_repo_installation(repo.owner, repo.name).id
+        return self.installation(repo).id
+
+    def installation(self, repo: RepoRef):
+        return self._integration.get_repo_installation(repo.owner, repo.name)
 
 
 class _InstallationAuth(Auth.Auth):
@@ -242,6 +245,7 @@ class GitHubForge:
     def __init__(self, app: GitHubApp, installation_id: int):
         self.app = app
         self.installation_id = installation_id
+        self._actor: str | None = None  # the App's bot login, read once
         self._gh = Github(
             auth=_InstallationAuth(app.tokens, installation_id),
             base_url=app.credentials.api_url,
@@ -285,6 +289,7 @@ class GitHubForge:
     # -- comments -----------------------------------------------------------------------------------------------
 
     def create_comment(self, repo: RepoRef, issue_number: int, body: str) -> int:
+        body = redact.redact(body)  # nothing the App posts carries a secret, whoever wrote the text
         marker = MARKER_RE.search(body)
         if marker:
             existing = self.find_comment(repo, issue_number, marker.group(0))
@@ -309,6 +314,7 @@ class GitHubForge:
         return self._call(f"find a comment on {repo.full_name}#{issue_number}", look)
 
     def edit_comment(self, repo: RepoRef, comment_id: int, body: str) -> None:
+        body = redact.redact(body)  # nothing the App posts carries a secret, whoever wrote the text
         path = f"/repos/{repo.full_name}/issues/comments/{comment_id}"
         self._call(f"edit comment {comment_id}", lambda: self._api("PATCH", path, body={"body": body}))
 
@@ -439,6 +445,7 @@ class GitHubForge:
 
     def ensure_pull_request(self, repo: RepoRef, head_branch: str, base: str, title: str, body: str) -> PullRequest:
         """The open PR from `head_branch`, its title and body brought up to date; a new draft PR only if none."""
+        title, body = redact.redact(title), redact.redact(body)
         found = self.find_pull_request(repo, head_branch)
         if found is not None:
             path = f"/repos/{repo.full_name}/pulls/{found.number}"
@@ -476,6 +483,7 @@ class GitHubForge:
         return self._call(f"find issue {title!r} in {repo.full_name}", look)
 
     def create_issue(self, repo: RepoRef, title: str, body: str) -> int:
+        title, body = redact.redact(title), redact.redact(body)
         path = f"/repos/{repo.full_name}/issues"
         return self._call(
             f"open issue {title!r} in {repo.full_name}",
@@ -484,37 +492,41 @@ class GitHubForge:
         )
 
     def edit_issue(self, repo: RepoRef, number: int, body: str) -> None:
+        body = redact.redact(body)  # nothing the App posts carries a secret, whoever wrote the text
         path = f"/repos/{repo.full_name}/issues/{number}"
         self._call(f"edit issue #{number}", lambda: self._api("PATCH", path, body={"body": body}))
 
     # -- Actions ---------------------------------------------------------------------------------------------------
 
-    def dispatch_workflow(self, repo: RepoRef, workflow: str, ref: str, inputs: dict[str, str]) -> None:
+    def dispatch_workflow(self, repo: RepoRef, workflow: str, ref: str, inputs: dict[str, str]) -> int | None:
         since = datetime.now(UTC).replace(microsecond=0)
         path = f"/repos/{repo.full_name}/actions/workflows/{workflow}/dispatches"
-        self._call(
+        answer = self._call(
             f"dispatch {workflow} on {ref} in {repo.full_name}",
-            lambda: self._api("POST", path, body={"ref": ref, "inputs": inputs}) or True,
+            lambda: self._api("POST", path, body={"ref": ref, "inputs": inputs, "return_run_details": True}) or True,
             recover=lambda: self._dispatched_since(repo, workflow, ref, since),
         )
+        return int(answer["workflow_run_id"]) if isinstance(answer, dict) and "workflow_run_id" in answer else None
 
     def _dispatched_since(self, repo: RepoRef, workflow: str, ref: str, since: datetime) -> bool | None:
         runs = self.workflow_runs(repo, workflow, ref)
-        return True if any(run.created_at >= since for run in runs) else None
+        return True if any(run.created_at >= since.timestamp() for run in runs) else None
 
-    def workflow_runs(self, repo: RepoRef, workflow: str, branch: str) -> list:
-        def runs() -> list:
-            found = self._repo(repo).get_workflow(workflow).get_runs(branch=branch, event="workflow_dispatch")
-            return list(found[:20])
+    def workflow_runs(self, repo: RepoRef, workflow: str, branch: str) -> list[WorkflowRun]:
+        path = f"/repos/{repo.full_name}/actions/workflows/{workflow}/runs"
+        parameters = {"branch": branch, "event": "workflow_dispatch", "per_page": 20}
+        listing = self._call(f"list runs of {workflow} on {branch}", lambda: self._api("GET", path, parameters))
+        runs = [WorkflowRun.from_json(run) for run in listing.get("workflow_runs") or []]
+        return sorted(runs, key=lambda run: -run.id)
 
-        return self._call(f"list runs of {workflow} on {branch}", runs)
-
-    def latest_workflow_run(self, repo: RepoRef, workflow: str, branch: str) -> WorkflowRun | None:
-        runs = self.workflow_runs(repo, workflow, branch)
-        if not runs:
-            return None
-        run = max(runs, key=lambda r: r.id)
-        return WorkflowRun(run.id, run.status, run.conclusion, run.head_branch)
+    def actor_login(self, repo: RepoRef) -> str:
+        if self._actor is None:
+            installation = self._call(
+                f"read the App installation of {repo.full_name}",
+                lambda: self.app.tokens.installation(repo),
+            )
+            self._actor = f"{installation.app_slug}[bot]"
+        return self._actor
 
     def download_artifact(self, repo: RepoRef, run_id: int, name: str) -> bytes | None:
         """The artifact's zip archive as GitHub serves it, or None when the run uploaded no artifact `name`."""

@@ -157,11 +157,14 @@ class LocalForge:
         ]
         return found[0] if found else None
 
-    def dispatch_workflow(self, repo: RepoRef, workflow: str, ref: str, inputs: dict[str, str]) -> None:
+    def dispatch_workflow(self, repo: RepoRef, workflow: str, ref: str, inputs: dict[str, str]) -> int | None:
         raise ForgeError("the local forge runs no workflows: use the local runner (runner: local)")
 
-    def latest_workflow_run(self, repo: RepoRef, workflow: str, branch: str) -> WorkflowRun | None:
-        return None  # the local forge runs no workflows: its runner is always `local`
+    def workflow_runs(self, repo: RepoRef, workflow: str, branch: str) -> list[WorkflowRun]:
+        return []  # the local forge runs no workflows: its runner is always `local`
+
+    def actor_login(self, repo: RepoRef) -> str:
+        return "liger-bot[bot]"
 
     def download_artifact(self, repo: RepoRef, run_id: int, name: str) -> bytes | None:
         return None

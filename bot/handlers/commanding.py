@@ -153,6 +153,7 @@ def show_status(ctx, _command: Command, trigger: Trigger) -> None:
     job = _thread_job(ctx)
     if job is None:
         return _no_job(ctx, trigger, "yet")
+    job = status.note_config_problems(ctx.store, job, ctx.repo_config().problems)  # as the file reads now
     status.publish(ctx.forge, ctx.store, job)
 
 

@@ -13,7 +13,6 @@ from pathlib import Path
 
 import pytest
 import requests
-from werkzeug.serving import make_server
 
 from bot.adapters import autopatch_adapter
 from bot.app import create_app
@@ -22,6 +21,8 @@ from bot.forge.base import Permission
 from bot.jobs import Store
 from bot.queue import make_queue
 from bot.runtime import Runtime
+from bot.server import make_server
+from bot.server import shutdown
 from bot.webhook import signature
 from bot.worker import GitWorkspace
 from bot.worker import Worker
@@ -139,9 +140,8 @@ class Server:
 
 @pytest.fixture
 def server(app) -> Server:
-    httpd = make_server("127.0.0.1", 0, create_app(app.runtime), threaded=True)
-    thread = threading.Thread(target=httpd.serve_forever, daemon=True)
+    httpd = make_server(create_app(app.runtime), "127.0.0.1", 0, app.runtime.config.server_limits)  # production's
+    thread = threading.Thread(target=httpd.run, daemon=True)
     thread.start()
-    yield Server(f"http://127.0.0.1:{httpd.port}", app.runtime.config.webhook_path)
-    httpd.shutdown()
-    httpd.server_close()
+    yield Server(f"http://127.0.0.1:{httpd.effective_port}", app.runtime.config.webhook_path)
+    shutdown(httpd)

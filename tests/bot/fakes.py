@@ -195,22 +195,26 @@ class RecordingForge:
         with self._call("find_issue", title=title) as state:
             return next((i["number"] for i in state["issues"].values() if i["title"] == title), None)
 
-    def dispatch_workflow(self, repo: RepoRef, workflow: str, ref: str, inputs: dict[str, str]) -> None:
+    def dispatch_workflow(self, repo: RepoRef, workflow: str, ref: str, inputs: dict[str, str]) -> int | None:
         with self._call("dispatch_workflow", workflow=workflow, ref=ref, inputs=inputs) as state:
             run_id = self._new_id(state)
             state["runs"][str(run_id)] = {"id": run_id, "workflow": workflow, "branch": ref, "status": "queued"}
+            return run_id
 
     def set_run_status(self, run_id: int, status: str, conclusion: str | None = None) -> None:
         with self._call("(test) set_run_status", run_id=run_id) as state:
             state["runs"][str(run_id)].update(status=status, conclusion=conclusion)
 
-    def latest_workflow_run(self, repo: RepoRef, workflow: str, branch: str) -> WorkflowRun | None:
-        with self._call("latest_workflow_run", workflow=workflow, branch=branch) as state:
+    def workflow_runs(self, repo: RepoRef, workflow: str, branch: str) -> list[WorkflowRun]:
+        with self._call("workflow_runs", workflow=workflow, branch=branch) as state:
             runs = [r for r in state["runs"].values() if r["workflow"] == workflow and r["branch"] == branch]
-            if not runs:
-                return None
-            run = max(runs, key=lambda r: r["id"])
-            return WorkflowRun(run["id"], run["status"], run.get("conclusion"), run["branch"])
+            return [
+                WorkflowRun(run["id"], run["status"], run.get("conclusion"), run["branch"])
+                for run in sorted(runs, key=lambda r: -r["id"])
+            ]
+
+    def actor_login(self, repo: RepoRef) -> str:
+        return "liger-bot[bot]"
 
     def download_artifact(self, repo: RepoRef, run_id: int, name: str) -> bytes | None:
         with self._call("download_artifact", run_id=run_id, name=name):

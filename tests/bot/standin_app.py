@@ -15,13 +15,14 @@ import threading
 from pathlib import Path
 
 import pytest
-from werkzeug.serving import make_server
 
 from bot.app import create_app
 from bot.forge.base import RepoRef
 from bot.jobs import Store
 from bot.queue import make_queue
 from bot.runtime import Runtime
+from bot.server import make_server
+from bot.server import shutdown
 from bot.worker import GitWorkspace
 from bot.worker import Worker
 from tests.bot.app_fixtures import Server
@@ -112,9 +113,9 @@ def bot_fixture(github_standin, git_remote, github_app, tmp_path):
     config = app_config(tmp_path, github_api_url=github_standin.url)
     runtime = Runtime(config, Store(config.database_url), make_queue(sqlite_path=config.queue_path), github_app.forge)
     runtime.workspace = GitWorkspace(config.work_dir)
-    httpd = make_server("127.0.0.1", 0, create_app(runtime), threaded=True)
-    thread = threading.Thread(target=httpd.serve_forever, args=(0.05,), daemon=True)
+    httpd = make_server(create_app(runtime), "127.0.0.1", 0)  # the production server
+    thread = threading.Thread(target=httpd.run, daemon=True)
     thread.start()
-    yield Bot(github_standin, git_remote, runtime, Server(f"http://127.0.0.1:{httpd.port}", config.webhook_path))
-    httpd.shutdown()
-    httpd.server_close()
+    url = f"http://127.0.0.1:{httpd.effective_port}"
+    yield Bot(github_standin, git_remote, runtime, Server(url, config.webhook_path))
+    shutdown(httpd)

@@ -44,8 +44,11 @@ def parked(bot, liger_checkout):
     return bot
 
 
-def report(job_id, *gates: GateResult) -> dict:
-    return {REPORT_ARTIFACT: {REPORT_FILE: json.dumps(VerifyReport(str(job_id), gates).to_json()).encode()}}
+def report(job, *gates: GateResult, head_sha: str | None = None) -> dict:
+    """The artifact a verify run uploads for `job` (a job row, or a bare job id), bound to its pushed commit."""
+    job_id, sha = (job, head_sha) if isinstance(job, int) else (job.id, head_sha or job.pushed_sha)
+    verdict = VerifyReport(str(job_id), gates, head_sha=sha or "")
+    return {REPORT_ARTIFACT: {REPORT_FILE: json.dumps(verdict.to_json()).encode()}}
 
 
 GPU_PASS = (
@@ -66,7 +69,7 @@ def test_the_job_parks_until_its_own_report_then_the_gpu_verdict_is_merged_into_
     assert parked.store.get(job.id).job_state is JobState.VERIFYING and len(parked.standin.runs) == 1
 
     # a run on this branch that verified another job (an earlier one) is not this job's verdict
-    stale = parked.standin.complete_run(parked.run["id"], "success", report(9999, *GPU_PASS))
+    stale = parked.standin.complete_run(parked.run["id"], "success", report(9999, *GPU_PASS, head_sha=job.pushed_sha))
     parked.deliver("workflow_run", stale)
     parked.drain()
     job = parked.store.get(job.id)
@@ -74,7 +77,7 @@ def test_the_job_parks_until_its_own_report_then_the_gpu_verdict_is_merged_into_
     assert job.lease_until > time.time() + 3600 and parked.standin.pulls(TARGET.full_name) == []
 
     parked.standin.artifacts.clear()  # the run is re-run and uploads this job's report
-    event = parked.standin.complete_run(parked.run["id"], "success", report(job.id, *GPU_PASS))
+    event = parked.standin.complete_run(parked.run["id"], "success", report(job, *GPU_PASS))
     parked.deliver("workflow_run", event)
     parked.drain()
     job = parked.store.get(job.id)
@@ -89,7 +92,7 @@ def test_the_job_parks_until_its_own_report_then_the_gpu_verdict_is_merged_into_
 
 def test_a_failed_gpu_gate_fails_the_job_and_opens_no_pr(parked):
     failing = (GPU_PASS[0], GateResult("convergence", GateStatus.FAIL, "loss diverged at step 12"))
-    event = parked.standin.complete_run(parked.run["id"], "failure", report(parked.job.id, *failing))
+    event = parked.standin.complete_run(parked.run["id"], "failure", report(parked.store.get(parked.job.id), *failing))
     parked.deliver("workflow_run", event)
     parked.drain()
 
@@ -122,10 +125,74 @@ def test_a_lost_webhook_is_made_up_for_when_the_lease_runs_out(parked):
     assert job.job_state is JobState.VERIFYING and f"run {parked.run['id']} is queued" in job.message
     assert job.lease_until > time.time() + 3600  # parked again
 
-    parked.standin.complete_run(parked.run["id"], "success", report(job_id, *GPU_PASS))  # its webhook is lost
+    parked.standin.complete_run(
+        parked.run["id"], "success", report(parked.store.get(job_id), *GPU_PASS)
+    )  # its webhook is lost
     parked.store.update(job_id, lease_until=time.time() - 1)
     parked.worker.sweep()
     parked.drain()
     job = parked.store.get(job_id)
     assert job.job_state is JobState.PR_OPENED, job.message
     assert len(parked.standin.pulls(TARGET.full_name)) == 1
+
+
+# --- red team, finding 1: a forged GPU verdict ------------------------------------------------------------------
+
+FORGERIES = {
+    "another commit": {"sha": "f" * 40},
+    "a person's dispatch": {"actor": "mallory"},
+    "a fork's run": {"head_repository": "mallory/liger-kernel"},
+    "a push-triggered run": {"event": "push"},
+    "a run from before the dispatch": {"created_at": "2020-01-01T00:00:00Z"},
+}
+
+
+@pytest.mark.parametrize("claims", FORGERIES.values(), ids=FORGERIES.keys())
+def test_a_forged_pass_from_a_run_the_app_did_not_dispatch_opens_no_pr(parked, claims, caplog):
+    job = parked.store.get(parked.job.id)
+    claims = {"sha": job.pushed_sha, **claims}
+    forged = parked.standin.add_run(TARGET.full_name, "liger-bot-verify.yml", BRANCH, **claims)
+    # the forger knows the job id and, unless the forgery is the commit, the head SHA too
+    event = parked.standin.complete_run(forged["id"], "success", report(job.id, *GPU_PASS, head_sha=claims["sha"]))
+    parked.deliver("workflow_run", event)
+    parked.drain()
+    job = parked.store.get(job.id)
+    assert job.job_state is JobState.VERIFYING and "workflow_run" not in job.result
+    assert parked.standin.pulls(TARGET.full_name) == []
+    assert f"ignored workflow run {forged['id']}" in caplog.text
+
+    # the lease runs out: asking GitHub finds the forged run first (it is the newest) and skips it
+    parked.store.update(job.id, lease_until=time.time() - 1)
+    parked.worker.sweep()
+    parked.drain()
+    job = parked.store.get(job.id)
+    assert job.job_state is JobState.VERIFYING and f"run {parked.run['id']} is queued" in job.message
+    assert parked.standin.pulls(TARGET.full_name) == []
+
+    # the App's own run still decides
+    parked.deliver("workflow_run", parked.standin.complete_run(parked.run["id"], "success", report(job, *GPU_PASS)))
+    parked.drain()
+    assert parked.store.get(job.id).job_state is JobState.PR_OPENED
+
+
+def test_only_the_dispatched_run_id_decides_and_its_report_must_name_the_pushed_commit(parked):
+    job = parked.store.get(parked.job.id)
+    assert job.result["dispatched"]["run_id"] == parked.run["id"]  # known from the dispatch answer
+    assert job.result["dispatched"]["head_sha"] == job.pushed_sha
+    assert job.result["dispatched"]["actor"] == "liger-bot[bot]"
+    # a second App dispatch on the branch (same commit, same actor) is not this job's run
+    other = parked.standin.add_run(TARGET.full_name, "liger-bot-verify.yml", BRANCH, sha=job.pushed_sha)
+    parked.deliver("workflow_run", parked.standin.complete_run(other["id"], "success", report(job, *GPU_PASS)))
+    parked.drain()
+    assert parked.store.get(job.id).job_state is JobState.VERIFYING
+
+    # the dispatched run, its report bound to another commit (or none): ignored, the job keeps waiting
+    for sha in ("e" * 40, ""):
+        parked.standin.artifacts.clear()
+        doctored = report(job.id, *GPU_PASS, head_sha=sha)
+        parked.deliver("workflow_run", parked.standin.complete_run(parked.run["id"], "success", doctored))
+        parked.drain()
+        job = parked.store.get(job.id)
+        assert job.job_state is JobState.VERIFYING and "ignored workflow run" in job.message, job.message
+        assert "not " + job.pushed_sha[:12] in job.message
+    assert parked.standin.pulls(TARGET.full_name) == []

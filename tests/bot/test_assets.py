@@ -194,7 +194,7 @@ def test_the_gpu_runners_plot_and_table_join_the_cpu_workers_body(github_forge, 
         "benchmark.png": png(5),
     }
     github_standin.complete_run(run["id"], "success", {REPORT_ARTIFACT: members})
-    latest = github_forge.latest_workflow_run(STANDIN_REPO, VERIFY_WORKFLOW, "main")
+    latest, *_ = github_forge.workflow_runs(STANDIN_REPO, VERIFY_WORKFLOW, "main")
     report = ActionsRunner(github_forge).resume(STANDIN_REPO, latest, "7")
     assert report.gates == tuple(GATES) and report.figures == Figures(TABLE, png(5))
 
@@ -267,7 +267,7 @@ def test_a_kernel_job_on_gpu_runners_opens_a_pr_showing_the_runners_plot(bot, li
     (run,) = bot.standin.runs.values()
     gpu_gates = (*GATES, GateResult("unit tests (GPU)", GateStatus.PASS, "12 passed"))
     members = {
-        REPORT_FILE: json.dumps(VerifyReport(str(job.id), gpu_gates).to_json()).encode(),
+        REPORT_FILE: json.dumps(VerifyReport(str(job.id), gpu_gates, head_sha=run["sha"]).to_json()).encode(),
         "benchmark.md": TABLE.encode(),
         "benchmark.png": png(7),
     }

@@ -3,6 +3,10 @@
 from __future__ import annotations
 
 import pytest
+from hypothesis import assume
+from hypothesis import given
+from hypothesis import settings
+from hypothesis import strategies as st
 
 from bot.commands import VERBS
 from bot.commands import Command
@@ -130,3 +134,90 @@ def test_kernel_and_fuse_commands(line, command):
 def test_kernel_and_fuse_refusals(line, message):
     with pytest.raises(CommandError, match=message):
         parse_line(line)
+
+
+# --- red team, finding 4: a quote-reply that starts an outsider's command -------------------------------------
+
+# What str.splitlines() breaks on and GitHub's Markdown does not: a `> ` quote covers the whole line they sit in.
+NOT_LINE_ENDS = ("\u2028", "\u2029", "\x85", "\x0b", "\x0c", "\x1c", "\x1d", "\x1e", "\r")
+
+
+@pytest.mark.parametrize("separator", NOT_LINE_ENDS, ids=[f"U+{ord(c):04X}" for c in NOT_LINE_ENDS])
+def test_a_quote_reply_cannot_start_a_command_through_a_separator_github_does_not_break_on(separator):
+    outsider = f"thanks!{separator}/liger autopatch llama --set rope=none"
+    quote_reply = "\n".join("> " + line for line in outsider.split("\n")) + "\n\nLooks good to me."
+    assert parse_comment(quote_reply) == []
+    assert command_lines(f"{separator}/liger approve") == []  # not whitespace to CommonMark: not a command line
+
+
+@pytest.mark.parametrize(
+    "body",
+    [
+        "> quoted by the maintainer\n/liger approve",  # lazy continuation: GitHub renders it inside the quote
+        "> a\n> b\ncontinued\n/liger approve",
+        "- > quoted in a list\n  /liger approve",
+        "<details>\n<summary>log</summary>\n\n/liger approve\n\n</details>",  # collapsed: nobody saw it
+        "<div>\n/liger approve\n</div>",  # an HTML block runs to the next blank line
+        "<pre>\n\n/liger approve\n</pre>",
+        "text <!-- a comment\n/liger approve\nstill hidden -->",
+        "<!--\n-->/liger approve",
+        "~~~\n/liger approve\n```\n",
+        "  ```python\n/liger approve\n",  # unclosed: code to the end
+        "\t/liger approve",
+        "  \t/liger approve",
+    ],
+)
+def test_lines_github_shows_quoted_or_as_code_or_html_are_never_commands(body):
+    assert command_lines(body) == []
+
+
+@pytest.mark.parametrize(
+    ("body", "expected"),
+    [
+        ("/liger approve\r\n/liger status", ["/liger approve", "/liger status"]),
+        ("> quoted\n\n/liger approve", ["/liger approve"]),  # a blank line ends the quote
+        ("> quoted\n# heading\n/liger approve", ["/liger approve"]),  # a heading interrupts the quote's paragraph
+        ("> ```\n> code\n/liger approve", ["/liger approve"]),  # code cannot continue lazily: the quote has ended
+        ("please\n/liger approve", ["/liger approve"]),
+        ("<details>\n\nlog\n\n</details>\n\n/liger approve", ["/liger approve"]),
+        ("/liger approve <!-- why -->", ["/liger approve"]),
+        ("```\nx\n```\n   /liger approve", ["/liger approve"]),
+        ("```\n/liger approve\n````\n/liger cancel\n````", ["/liger cancel"]),  # a longer closing fence closes
+    ],
+)
+def test_commands_around_quotes_code_and_html_still_count(body, expected):
+    assert command_lines(body) == expected
+
+
+# Property-based: comment bodies built from the pieces that change how Markdown reads a line.
+PIECES = [
+    "/liger approve", "/liger autopatch llama", "/liger", "\n", "\r\n", "\n\n", " ", "    ", "\t", "x", "text",
+    "> ", ">", "```", "~~~", "`", "<details>", "</details>", "<div>", "<!--", "-->", "- ", "1. ", "# ", "***",
+    *NOT_LINE_ENDS,
+]  # fmt: skip
+bodies = st.lists(st.sampled_from(PIECES) | st.text(max_size=4), max_size=30).map("".join)
+
+
+def quoted(body: str) -> str:
+    """What GitHub's "Quote reply" inserts: every line of the body behind `> `."""
+    return "\n".join("> " + line for line in body.replace("\r\n", "\n").split("\n"))
+
+
+@settings(max_examples=400, deadline=None)
+@given(original=bodies, reply=bodies.filter(lambda b: "/liger" not in b))
+def test_property_a_command_inside_a_quote_is_never_a_command(original, reply):
+    assert parse_comment(quoted(original)) == []
+    assert parse_comment(quoted(original) + "\n\n" + reply) == []
+
+
+@settings(max_examples=300, deadline=None)
+@given(text=st.text(st.sampled_from(["a", " ", "!", ".", *NOT_LINE_ENDS]), min_size=1).filter(str.strip))
+def test_property_a_line_right_under_a_quoted_paragraph_is_quoted_too(text):
+    assume(text.replace("\r", "").strip(" \t"))
+    assert parse_comment(f"> {text}\n/liger approve") == []
+
+
+@settings(max_examples=300, deadline=None)
+@given(quote=bodies.filter(lambda q: "\n" not in q), body=bodies)
+def test_property_a_quote_closed_by_a_blank_line_changes_nothing_after_it(quote, body):
+    assert command_lines(f"> {quote}\n\n{body}") == command_lines(body)

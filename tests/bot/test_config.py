@@ -86,3 +86,26 @@ def test_the_worker_hides_the_apps_secrets_from_the_processes_it_starts():
     assert hide_secrets_from_children(environ) == ["PRIVATE_KEY", "WEBHOOK_SECRET", "DATABASE_URL"]
     assert environ == {"PATH": "/bin"}
     assert config.private_key == "-----BEGIN" and config.webhook_secret == "s"  # the worker itself keeps them
+
+
+# --- red team, finding 6: a repo config that raised out of the parser -------------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("text", "problem"),
+    [
+        ("a: " + "[" * 5000 + "]" * 5000, "could not be read (RecursionError)"),  # deeper than the parser recurses
+        ("a: " + "[" * 50 + "]" * 50, "nests deeper than"),
+        ("limits: {prs_per_hour: " + "9" * 5000 + "}", "could not be read (ValueError)"),  # past int's digit limit
+        ("limits: {prs_per_hour: " + "9" * 300 + "}", "from 0 to 1000"),
+        ("x: '" + "y" * 70_000 + "'", "larger than 64 KiB"),
+        ("1: a\nfoo: b\n", "unknown keys ignored: 1, foo"),  # keys of mixed types could not be sorted
+        ("runner: {kind: [local]}", "runner.kind must be local or actions"),
+        ("runner: {labels: [" + ", ".join(["gpu"] * 50) + "]}", "at most 20 label names"),
+    ],
+    ids=["deep", "nested", "5000-digits", "huge-number", "huge-file", "mixed-keys", "kind-list", "many-labels"],
+)
+def test_a_hostile_repo_config_never_raises_defaults_and_one_problem(text, problem):
+    config = parse_repo_config(text)
+    assert config.autonomous is False and config.prs_per_hour == 2 and config.runner == "local"
+    assert any(problem in p for p in config.problems), config.problems

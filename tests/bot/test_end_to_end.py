@@ -90,7 +90,7 @@ def test_autopatch_comment_to_draft_pr_with_the_real_pipeline(bot, liger_checkou
     # verdict the worker gave, gate by gate (convergence SKIPs here; on a GPU host it runs)
     inputs = {"job_id": str(job.id), "pipeline": "autopatch", "target": "arcee", "settings": "[]"}
     report = VerifyReport.from_json(json.loads(gpu_runner(bot, {"ref": job.branch, "inputs": inputs}, tmp_path / "r")))
-    assert report.job_id == str(job.id) and report.passed
+    assert report.job_id == str(job.id) and report.passed and report.head_sha == job.pushed_sha
     assert [(g.name, g.status.value) for g in report.gates] == [(g["name"], g["status"]) for g in job.result["gates"]]
 
 

@@ -196,12 +196,14 @@ def test_tokens_never_reach_logs_or_exceptions(github_app, github_forge, github_
 
 def test_workflow_dispatch_and_report_artifact(github_forge, github_standin, pushed_branch):
     inputs = {"job_id": "7", "pipeline": "autopatch", "target": "nemotron", "runner_labels": '["self-hosted"]'}
-    github_forge.dispatch_workflow(STANDIN_REPO, "liger-bot-verify.yml", BRANCH, inputs)
+    run_id = github_forge.dispatch_workflow(STANDIN_REPO, "liger-bot-verify.yml", BRANCH, inputs)
     (run,) = github_standin.runs.values()
-    assert run["title"] == "liger-bot verify 7" and run["ref"] == BRANCH
+    assert run["title"] == "liger-bot verify 7" and run["ref"] == BRANCH and run_id == run["id"]
     github_standin.complete_run(run["id"], "success", {"liger-bot-report": {"report.json": b"{}"}})
-    latest = github_forge.latest_workflow_run(STANDIN_REPO, "liger-bot-verify.yml", BRANCH)
+    (latest,) = github_forge.workflow_runs(STANDIN_REPO, "liger-bot-verify.yml", BRANCH)
     assert (latest.id, latest.status, latest.conclusion) == (run["id"], "completed", "success")
+    assert (latest.event, latest.actor, latest.head_sha) == ("workflow_dispatch", "liger-bot[bot]", run["sha"])
+    assert github_forge.actor_login(STANDIN_REPO) == "liger-bot[bot]"
     archive = github_forge.download_artifact(STANDIN_REPO, run["id"], "liger-bot-report")
     assert archive.startswith(b"PK")
     assert github_forge.download_artifact(STANDIN_REPO, run["id"], "other") is None

@@ -7,6 +7,7 @@ import subprocess
 import pytest
 
 from bot.gitops import PushOutcome
+from bot.gitops import credentialed_url
 from bot.gitops import push_branch
 from pipelines.git import Git
 from pipelines.git import GitError
@@ -72,3 +73,43 @@ def test_token_is_not_written_to_git_config(bot_checkout, remote):
     push_branch(bot_checkout, BRANCH, url, credentials)
     config = (bot_checkout / ".git" / "config").read_text()
     assert credentials[1] not in config
+
+
+# --- red team, finding 3: a hook planted by target code ---------------------------------------------------------
+
+HOOK = """#!/bin/sh
+env > "{out}/$(basename "$0").env"
+"""
+
+
+def test_a_hook_planted_in_the_checkout_never_runs_in_the_push(tmp_path, bot_checkout, remote, github_forge):
+    url, credentials = remote
+    seen = tmp_path / "hook-ran"
+    seen.mkdir()
+    planted = tmp_path / "planted-hooks"
+    planted.mkdir()
+    for folder in (bot_checkout / ".git" / "hooks", planted):  # the repo's hooks, and a hooksPath its config names
+        for name in ("pre-push", "reference-transaction", "post-checkout", "push-to-checkout"):
+            hook = folder / name
+            hook.write_text(HOOK.format(out=seen))
+            hook.chmod(0o755)
+    Git(bot_checkout).run("config", "core.hooksPath", str(planted))
+    Git(bot_checkout).run("config", "core.fsmonitor", str(planted / "pre-push"))
+
+    result = push_branch(bot_checkout, BRANCH, url, credentials)
+    assert result.outcome is PushOutcome.PUSHED
+    assert github_forge.branch_head(STANDIN_REPO, BRANCH) == Git(bot_checkout).head()
+    assert list(seen.iterdir()) == []  # no hook ran, so none saw the token in its environment
+
+
+def test_a_remote_rewrite_planted_in_the_checkout_does_not_redirect_the_push(
+    tmp_path, bot_checkout, remote, github_forge
+):
+    url, credentials = remote
+    elsewhere = tmp_path / "elsewhere.git"
+    subprocess.run(["git", "init", "-q", "--bare", str(elsewhere)], check=True)
+    Git(bot_checkout).run("config", f"url.file://{elsewhere}.insteadOf", credentialed_url(url, credentials))
+    result = push_branch(bot_checkout, BRANCH, url, credentials)
+    assert result.outcome is PushOutcome.PUSHED
+    assert github_forge.branch_head(STANDIN_REPO, BRANCH) == Git(bot_checkout).head()
+    assert not list((elsewhere / "refs" / "heads").iterdir())

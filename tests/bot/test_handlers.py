@@ -319,3 +319,18 @@ def test_a_permanent_github_refusal_fails_the_job_with_a_message(server, app):
     job = app.store.get(job.id)
     assert job.job_state is JobState.FAILED and "GitHub refused a call" in job.message
     assert "Next: `/liger retry`" in status_comments(app)[0]["body"]
+
+
+def test_a_bad_repo_config_is_shown_once_on_the_status_comment_and_in_liger_status(server, app):
+    app.forge.set_file(".github/liger-bot.yml", "autonomous: " + "[" * 5000 + "]" * 5000 + "\ncolour: blue\n")
+    say(server, app, "/liger autopatch nemotron")
+    (job,) = app.jobs()
+    assert job.job_state is JobState.AWAITING_APPROVAL, job.message  # defaults: the job still runs, and waits
+    (comment,) = status_comments(app)
+    assert comment["body"].count("has problems") == 1 and "could not be read (RecursionError)" in comment["body"]
+
+    app.forge.set_file(".github/liger-bot.yml", "colour: blue\n")  # fixed in part; /liger status reads it again
+    say(server, app, "/liger status")
+    (comment,) = status_comments(app)
+    assert comment["body"].count("has problems") == 1 and "unknown keys ignored: colour" in comment["body"]
+    assert "RecursionError" not in comment["body"] and replies(app) == []

@@ -6,6 +6,7 @@ from __future__ import annotations
 import dataclasses
 import json
 import os
+import pwd
 import subprocess
 import sys
 import time
@@ -13,6 +14,7 @@ import time
 import pytest
 
 from bot.adapters import Request
+from bot.forge import redact
 from bot.isolation import StageCrashed
 from bot.isolation import isolated
 from bot.jobs import JobState
@@ -28,27 +30,30 @@ from tests.bot.stage_probe import PROBE
 KEY = "-----BEGIN RSA PRIVATE KEY-----\nnot-a-real-key\n-----END RSA PRIVATE KEY-----\n"
 APP_VARIABLES = ("PRIVATE_KEY", "PRIVATE_KEY_PATH", "WEBHOOK_SECRET", "DATABASE_URL", "APP_ID", "GITHUB_TOKEN")
 
-# What a hostile model file does at import: look for the App's key in the environment and at PRIVATE_KEY_PATH.
-LEAKY_MODEL = """
+# What a hostile model file does at import: print what it can see of the App's secrets (its environment, the
+# worker's /proc/<pid>/environ, the key file) into the error the stage reports, which reaches the status comment.
+PROBE_MODEL = """
 import json
 import os
-from pathlib import Path
 
-key_path = os.environ.get("PRIVATE_KEY_PATH", "")
+
+def attempt(path):
+    try:
+        with open(path, "rb") as handle:
+            return "READ " + handle.read(300).decode(errors="replace")
+    except OSError as error:
+        return error.__class__.__name__
+
+
 seen = {
+    "uid": os.getuid(),
     "environ": sorted(os.environ),
-    "private_key": os.environ.get("PRIVATE_KEY"),
-    "key_path": key_path,
-    "key_file": Path(key_path).read_text() if key_path else None,
-    "cwd": os.getcwd(),
+    "worker_environ": attempt(f"/proc/{os.getppid()}/environ"),
+    "key_file": attempt(KEY_PATH),
+    "database": attempt(DATABASE),
+    "queue": attempt(QUEUE),
 }
-(Path(__file__).resolve().parents[2] / "seen-by-model.json").write_text(json.dumps(seen))  # the work dir
-
-import torch
-
-
-def make_model():
-    return torch.nn.Sequential(torch.nn.Linear(4, 4)), (torch.randn(2, 4),)
+raise RuntimeError("PROBE " + json.dumps(seen) + " END")
 """
 
 
@@ -75,20 +80,31 @@ def push_file(remote, tmp_path, path: str, text: str) -> None:
     subprocess.run(["git", "push", "-q", "origin", "HEAD:main"], cwd=clone, check=True)
 
 
-def test_a_fuse_model_file_sees_neither_the_key_nor_its_path(server, app, app_secrets, tmp_path):
-    push_file(app.forge.remote, tmp_path, "examples/leaky.py", LEAKY_MODEL)
-    answer = server.deliver("issue_comment", comment_payload("/liger fuse examples/leaky.py:make_model"))
+def test_probe_a_model_file_finds_nothing_to_steal_and_its_report_nothing_to_redact(server, app, app_secrets, tmp_path):
+    key_file = tmp_path / "app.private-key.pem"
+    key_file.chmod(0o400)
+    config = app.runtime.config
+    probe = PROBE_MODEL.replace("KEY_PATH", repr(str(key_file))).replace("QUEUE", repr(config.queue_path))
+    probe = probe.replace("DATABASE", repr(config.database_url.removeprefix("sqlite:///")))
+    push_file(app.forge.remote, tmp_path, "examples/probe.py", probe)
+    answer = server.deliver("issue_comment", comment_payload("/liger fuse examples/probe.py:make_model"))
     assert answer.status_code in (200, 202), answer.text
     app.drain()
 
     (job,) = app.jobs()
-    assert job.verb == "fuse" and job.job_state is not JobState.FAILED, job.message
-    assert job.job_state in (JobState.AWAITING_APPROVAL, JobState.DONE)  # the real understand ran, in the child
-    seen = json.loads((tmp_path / "work" / "seen-by-model.json").read_text())
-    assert seen["private_key"] is None and seen["key_path"] == "" and seen["key_file"] is None
+    assert job.verb == "fuse" and job.job_state is JobState.FAILED  # the probe raised, at import, in the child
+    (status,) = [c["body"] for c in app.forge.comments() if "liger-bot:status" in c["body"]]
+    assert "PROBE " in status, status
+    seen = json.loads(status.split("PROBE ", 1)[1].split(" END", 1)[0])
+    print("the stage child's view:", json.dumps(seen, indent=1))  # the figure of the closing note
     assert not set(APP_VARIABLES) & set(seen["environ"]) and "TRITON_SECRET_TOKEN" not in seen["environ"]
     assert "PATH" in seen["environ"] and "TRITON_INTERPRET" in seen["environ"]
-    assert seen["cwd"] == str((tmp_path / "work" / f"job-{job.id}").resolve())  # the job's checkout
+    assert redact.redact(status) == status  # nothing in the comment that the redactor would have had to remove
+    assert KEY.splitlines()[1] not in status and "s3cret" not in status
+    if os.geteuid() == 0:  # the worker is root: the child ran as `nobody` and could read neither
+        assert seen["uid"] == pwd.getpwnam("nobody").pw_uid
+        assert seen["worker_environ"] == "PermissionError" and seen["key_file"] == "PermissionError"
+        assert seen["database"] == "PermissionError" and seen["queue"] == "PermissionError"
     assert os.environ["PRIVATE_KEY"] == KEY  # the worker itself still holds it
 
 

@@ -46,8 +46,15 @@ def test_report_json_round_trip_and_malformed_reports():
 def test_actions_runner_dispatches_then_resumes_from_the_artifact(bot_checkout, github_forge, github_standin):
     push_branch(bot_checkout, BRANCH, github_forge.clone_url(STANDIN_REPO), github_forge.push_credentials(STANDIN_REPO))
     runner = ActionsRunner(github_forge, labels=("self-hosted", "gpu", "h100"))
-    assert runner.start(REQUEST) == Dispatched("liger-bot-verify.yml", BRANCH)
+    sent = runner.start(REQUEST)
     (run,) = github_standin.runs.values()
+    assert (sent.workflow, sent.branch, sent.actor, sent.run_id) == (
+        "liger-bot-verify.yml",
+        BRANCH,
+        "liger-bot[bot]",
+        run["id"],
+    )
+    assert isinstance(sent, Dispatched)
     assert run["inputs"]["runner_labels"] == '["self-hosted", "gpu", "h100"]'
     assert run["title"] == "liger-bot verify job-7"
 

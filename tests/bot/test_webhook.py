@@ -74,3 +74,18 @@ def test_missing_delivery_id_or_bad_json_is_400(server):
     assert server.deliver("issue_comment", body).status_code == 400
     answer = server.deliver("issue_comment", comment_payload("/liger help"), headers={"X-GitHub-Delivery": ""})
     assert answer.status_code == 400
+
+
+def test_concurrent_deliveries_share_commits_and_each_id_is_queued_once(server, app):
+    from concurrent.futures import ThreadPoolExecutor
+
+    payload = comment_payload("/liger help")
+    ids = [f"burst-{i % 20}" for i in range(60)]  # every id three times, at once
+    with ThreadPoolExecutor(30) as pool:
+        answers = list(pool.map(lambda d: server.deliver("issue_comment", payload, delivery_id=d), ids))
+    codes = {}
+    for delivery_id, answer in zip(ids, answers, strict=True):
+        codes.setdefault(delivery_id, []).append(answer.status_code)
+    assert all(sorted(c) == [200, 200, 202] for c in codes.values()), codes
+    assert app.runtime.queue.pending() == 20  # acknowledged means stored and queued
+    assert {app.store.delivery(d).id for d in codes} == set(codes)

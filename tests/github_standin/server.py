@@ -279,15 +279,24 @@ class StandIn:
             self.comments[comment["id"]] = comment
             return comment
 
-    def _new_run(self, repo: RepoState, workflow_file: str, ref: str, inputs: dict) -> dict:
+    def _new_run(self, repo: RepoState, workflow_file: str, ref: str, inputs: dict, actor: str = "") -> dict:
         with self._lock:
             run_id = next(self._ids)
             title = self._run_name(repo, workflow_file, ref, inputs)
             run = {"id": run_id, "repo": repo.full_name, "workflow_file": workflow_file, "ref": ref, "inputs": inputs}
             run.update(status="queued", conclusion=None, created_at=_now(), updated_at=_now(), title=title)
-            run["sha"] = repo.ref_sha(f"heads/{ref}")
+            run.update(
+                sha=repo.ref_sha(f"heads/{ref}"), actor=actor or f"{self.app_slug}[bot]", event="workflow_dispatch"
+            )
             self.runs[run_id] = run
             return run
+
+    def add_run(self, full_name: str, workflow_file: str, ref: str, **claims) -> dict:
+        """A run the App did not dispatch (a person's, a fork's, a push's): `claims` override sha, actor, event,
+        head_repository (a full name) and created_at of a run made as a dispatch would."""
+        run = self._new_run(self.repos[full_name], workflow_file, ref, {}, actor=claims.pop("actor", ""))
+        run.update(claims)
+        return run
 
     def _run_name(self, repo: RepoState, workflow_file: str, ref: str, inputs: dict) -> str:
         definition = self._workflow_definition(repo, workflow_file, ref) or {}
@@ -413,7 +422,9 @@ class StandIn:
             head_branch=run["ref"],
             head_sha=run["sha"] or "0" * 40,
             path=f".github/workflows/{run['workflow_file']}",
-            event="workflow_dispatch",
+            event=run["event"],
+            actor=self._user(run["actor"]),
+            triggering_actor=self._user(run["actor"]),
             status=run["status"],
             conclusion=run["conclusion"],
             workflow_id=repo.workflows[run["workflow_file"]],
@@ -423,8 +434,15 @@ class StandIn:
             created_at=run["created_at"],
             updated_at=run["updated_at"],
             repository=self._repo_json(repo, "minimal-repository"),
-            head_repository=self._repo_json(repo, "minimal-repository"),
+            head_repository=self._head_repository_json(repo, run.get("head_repository")),
         )
+
+    def _head_repository_json(self, repo: RepoState, fork: str | None) -> dict:
+        shape = self._repo_json(repo, "minimal-repository")
+        if fork:  # a fork's run: the commit comes from another repository
+            owner, _, name = fork.partition("/")
+            shape.update(full_name=fork, name=name, owner=self._user(owner), fork=True, id=repo.id + 1)
+        return shape
 
     def _artifact_json(self, repo: RepoState, artifact: dict) -> dict:
         api = f"{self.url}/repos/{repo.full_name}/actions/artifacts/{artifact['id']}"
@@ -923,7 +941,7 @@ def build_app(standin: StandIn) -> Flask:  # noqa: C901 - one route table, read 
         if missing:
             return _error(422, f"Required input '{missing[0]}' not provided")
         filled = {k: str(inputs.get(k, v.get("default", ""))) for k, v in declared.items()}
-        run = standin._new_run(repo, file_name, ref, filled)
+        run = standin._new_run(repo, file_name, ref, filled, actor=bot_login())
         if data.get("return_run_details"):
             api = f"{standin.url}/repos/{repo.full_name}/actions/runs/{run['id']}"
             return _json(
@@ -944,6 +962,8 @@ def build_app(standin: StandIn) -> Flask:  # noqa: C901 - one route table, read 
             found = [r for r in found if r["ref"] == request.args["branch"]]
         if request.args.get("status"):
             found = [r for r in found if request.args["status"] in (r["status"], r["conclusion"])]
+        if request.args.get("event"):
+            found = [r for r in found if r["event"] == request.args["event"]]
         runs = [standin._run_json(r) for r in sorted(found, key=lambda r: -r["id"])]
         return _json({"total_count": len(runs), "workflow_runs": runs})
 

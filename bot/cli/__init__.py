@@ -26,6 +26,7 @@ COMMAND_MODULES = (
     "bot.cli.target",
     "bot.cli.autopatch",
     "bot.cli.kernel",
+    "bot.cli.perf",
     "bot.cli.demo",
     "bot.cli.fuse",
     "bot.cli.app",

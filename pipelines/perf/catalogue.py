@@ -56,7 +56,9 @@ class Edits:
         return self.starts[line - 1] + len(self.lines[line - 1].encode()[:col].decode())
 
     def replace_node(self, node: ast.AST, new: str) -> None:
-        self.spans.append((self.offset(node.lineno, node.col_offset), self.offset(node.end_lineno, node.end_col_offset), new))
+        self.spans.append(
+            (self.offset(node.lineno, node.col_offset), self.offset(node.end_lineno, node.end_col_offset), new)
+        )
 
     def insert_before_line(self, line: int, new: str) -> None:
         at = self.starts[line - 1]
@@ -120,7 +122,7 @@ def _backward_wrapper(tree: ast.Module) -> ast.FunctionDef:
 
 # --- v1: the launch table -------------------------------------------------------------------------------------
 
-LAUNCH_HELPER = '''# liger-bot perf: (num_warps, num_stages) per pass and BLOCK_SIZE, measured on {gpu} over the benchmark's sizes
+LAUNCH_HELPER = """# liger-bot perf: (num_warps, num_stages) per pass and BLOCK_SIZE, measured on {gpu} over the benchmark's sizes
 # (launch sweep); a BLOCK_SIZE not in the table keeps the kernel's own settings.
 {table} = {value}
 
@@ -134,7 +136,7 @@ def _perf_launch(pass_name, block_size, **launch):
     return launch
 
 
-'''
+"""
 
 
 def table_literal(table: dict) -> str:
@@ -262,8 +264,14 @@ def unused_grad_none(text: str, params: dict) -> str:
     for func, call, name in optional:
         fallback = ast.unparse(call.args[0]) if call.args else None
         for node in ast.walk(func):
-            if isinstance(node, ast.Assign) and ast.unparse(node.targets[0]) == name and ast.unparse(node.value).startswith(f"{name}."):
-                edits.replace_node(node.value, f"{ast.get_source_segment(text, node.value)} if {name} is not None else None")
+            if (
+                isinstance(node, ast.Assign)
+                and ast.unparse(node.targets[0]) == name
+                and ast.unparse(node.value).startswith(f"{name}.")
+            ):
+                edits.replace_node(
+                    node.value, f"{ast.get_source_segment(text, node.value)} if {name} is not None else None"
+                )
             if isinstance(node, ast.Call) and ast.unparse(node.func) == f"{name}.stride":
                 edits.replace_node(node, f"({ast.get_source_segment(text, node)} if {name} is not None else 0)")
         for arg in call.args:

@@ -74,7 +74,13 @@ class BenchmarkSweep:
 
     def config(self, hidden: int) -> dict:
         """The extra_benchmark_config the script builds, with hidden_size set (the sizes beyond its sweep)."""
-        return {**self.model_config, **self.extra_config, "hidden_size": hidden, "bsz": 1, "seq_len": max(self.x_values)}
+        return {
+            **self.model_config,
+            **self.extra_config,
+            "hidden_size": hidden,
+            "bsz": 1,
+            "seq_len": max(self.x_values),
+        }
 
 
 @dataclass(frozen=True)

@@ -232,61 +232,46 @@ def _constants(fn, compiled) -> dict:
 
 def sweep(bench: Bench, kernel_module, spec: dict, sizes: list[dict]) -> dict:
     """Candidate launch tables through the variant's _PERF_LAUNCH: num_warps first (the kernel's own num_stages),
-    then num_stages at the chosen num_warps; the choice per pass and BLOCK_SIZE is rules.choose_launch's."""
+    then num_stages at the num_warps chosen per pass; each choice per pass and BLOCK_SIZE is rules.choose_launch's.
+    A config is timed only at the sizes whose BLOCK_SIZE it was applied to."""
     from pipelines.perf import rules
 
     passes = ("forward", "backward")
-    hidden = {s["key"]: s["hidden"] for s in sizes}
-    groups = rules.sizes_by_block(hidden)
-    measured: dict[tuple, dict] = {}
-
-    def measure(config_for_block) -> dict:
-        table = {p: {b: config_for_block(p, b) for b in groups} for p in passes}
-        table = {p: {b: c for b, c in t.items() if c != rules.DEFAULT} for p, t in table.items()}
-        kernel_module._PERF_LAUNCH = table
-        times: dict[str, dict[str, float]] = {p: {} for p in passes}
-        for size in sizes:
-            for p, ms in bench.time("liger", size["rows"], size["hidden"], passes).items():
-                times[p][size["key"]] = ms
-        return times
-
+    groups = rules.sizes_by_block({s["key"]: s["hidden"] for s in sizes})
+    results: dict[tuple, dict[str, dict[str, float]]] = {}
     log = []
-    for warps in [None, *spec["warps"]]:
-        config = (warps, None)
-        measured[config] = measure(
-            lambda p, b, c=config: c
-            if c[0] is None or c[0] in rules.warp_candidates(b, spec["warps"])
-            else rules.DEFAULT
-        )
-        log.append({"config": list(config), "times": measured[config]})
-    first = {p: rules.choose_launch(measured, p, groups, spec.get("min_gain", 0.01)) for p in passes}
-    staged: dict[tuple, dict] = {rules.DEFAULT: measured[rules.DEFAULT]}
+
+    def run(table: dict[str, dict[int, tuple]]) -> None:
+        kernel_module._PERF_LAUNCH = {
+            p: {b: c for b, c in table.get(p, {}).items() if c != rules.DEFAULT} for p in passes
+        }
+        for size in sizes:
+            block = rules.block_size(size["hidden"])
+            configs = {p: table.get(p, {}).get(block, rules.DEFAULT) for p in passes}
+            if table and all(c == rules.DEFAULT for c in configs.values()):
+                continue  # nothing of this run applies at this size: the default's times stand
+            times = bench.time("liger", size["rows"], size["hidden"], passes)
+            for p in passes:
+                results.setdefault(configs[p], {q: {} for q in passes})[p][size["key"]] = times[p]
+        log.append({"table": {p: {str(b): list(c) for b, c in t.items()} for p, t in table.items()}})
+
+    run({})
+    for warps in spec["warps"]:
+        blocks = {b: (warps, None) for b in groups if warps in rules.warp_candidates(b, spec["warps"])}
+        if blocks:
+            run({p: blocks for p in passes})
+    min_gain = spec.get("min_gain", 0.01)
+    first = {p: rules.choose_launch(results, p, groups, min_gain) for p in passes}
     for stages in spec["stages"]:
-
-        def config_for(p, b, s=stages):
-            return (first[p].get(b, rules.DEFAULT)[0], s)
-
-        times = measure(config_for)
-        log.append(
-            {
-                "stages": stages,
-                "warps": {p: {str(b): c[0] for b, c in first[p].items()} for p in passes},
-                "times": times,
-            }
-        )
-        for p in passes:
-            for b in groups:
-                key = config_for(p, b)
-                staged.setdefault(key, {q: {} for q in passes})
-                staged[key][p].update({k: times[p][k] for k in groups[b]})
-    for config, times in measured.items():
-        staged.setdefault(config, {q: {} for q in passes})
-        for p in passes:
-            for k, ms in times[p].items():
-                staged[config][p].setdefault(k, ms)
-    table = {p: rules.choose_launch(staged, p, groups, spec.get("min_gain", 0.01)) for p in passes}
+        run({p: {b: (first[p].get(b, rules.DEFAULT)[0], stages) for b in groups} for p in passes})
+    table = {p: rules.choose_launch(results, p, groups, min_gain) for p in passes}
     kernel_module._PERF_LAUNCH = {p: {} for p in passes}
-    return {"table": {p: {str(b): list(c) for b, c in t.items()} for p, t in table.items()}, "log": log}
+    measured = [{"config": list(c), "times": t} for c, t in results.items()]
+    return {
+        "table": {p: {str(b): list(c) for b, c in t.items()} for p, t in table.items()},
+        "log": log,
+        "measured": measured,
+    }
 
 
 def copy_bandwidth() -> float:

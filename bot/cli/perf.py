@@ -24,6 +24,7 @@ def register(subparsers) -> None:
     parser.add_argument("--max-variants", type=int, default=8, help="variant budget (at most 8)")
     parser.add_argument("--tests-k", help="pytest -k for each variant's tests (the final gate runs the whole file)")
     parser.add_argument("--final-tests-k", help=argparse.SUPPRESS)  # the final gate is the whole file
+    parser.add_argument("--budget-s", type=float, help="start no new variant after this many seconds")
     parser.add_argument("--no-ncu", action="store_true", help="skip Nsight Compute even where ncu is installed")
     parser.add_argument("--no-script", action="store_true", help="skip the benchmark script's own CSV run")
     parser.add_argument(
@@ -55,6 +56,7 @@ def perf_command(args, ui) -> ExitStatus:
         script=not args.no_script,
         benchmark_sizes=not args.only_sizes,
         interpret=args.interpret,
+        budget_s=args.budget_s,
     )
     if args.profile_only:
         _, profile = pipeline.understand(args.kernel, args.repo, options, require_clean=False)

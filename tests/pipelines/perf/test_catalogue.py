@@ -139,6 +139,7 @@ def test_the_rewritten_kernels_pass_the_targets_unit_tests_under_the_interpreter
         path.write_text(stacked(path.read_text()))
     fused = liger_checkout.path("src/liger_kernel/ops/fused_add_rms_norm.py").read_text()
     assert "set_materialize_grads(False)" in fused and "tl.range(" in fused and "n_programs" in fused
+    assert "W_row reloaded per row" in fused
     env = {
         **os.environ,
         "TRITON_INTERPRET": "1",
@@ -167,3 +168,16 @@ def test_the_rewritten_kernels_pass_the_targets_unit_tests_under_the_interpreter
         text=True,
     )
     assert only_y.returncode == 0 and "only-y ok" in only_y.stdout, only_y.stderr[-3000:]
+
+
+def test_reload_weight_moves_the_weight_load_into_every_backward_row_loop(sources):
+    text = c.reload_weight(sources["rms_norm"], {})
+    tree = ast.parse(text)
+    for kernel in (n for n in tree.body if isinstance(n, ast.FunctionDef) and n.name.endswith("backward_kernel")):
+        loop = next(n for n in kernel.body if isinstance(n, ast.For))
+        assert not any(c._assigns(n, "W_row") for n in kernel.body if n.lineno < loop.lineno), kernel.name
+        assert c._assigns(loop.body[0], "W_row"), kernel.name
+    forward = next(n for n in tree.body if isinstance(n, ast.FunctionDef) and n.name == "_rms_norm_forward_kernel")
+    assert ast.unparse(forward) in ast.unparse(ast.parse(sources["rms_norm"]))  # forwards untouched
+    with pytest.raises(c.NotApplicable, match="W_row"):
+        c.reload_weight(text, {})

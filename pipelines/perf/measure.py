@@ -192,29 +192,41 @@ def _jit_functions(module) -> list:
     return [v for v in vars(module).values() if isinstance(v, JITFunction)]
 
 
-def compiled_facts(kernel_module) -> list[dict]:
-    """Registers, spills and shared memory of every kernel compiled so far (Triton's CompiledKernel metadata)."""
-    facts = []
+def _compiled(kernel_module):
     for fn in _jit_functions(kernel_module):
         for caches in getattr(fn, "device_caches", {}).values():
-            for compiled in list(caches[0].values()):
-                try:
-                    if getattr(compiled, "n_regs", None) is None:
-                        compiled._init_handles()
-                    meta = compiled.metadata
-                    facts.append(
-                        {
-                            "kernel": fn.__name__,
-                            "constants": _constants(fn, compiled),
-                            "num_warps": getattr(meta, "num_warps", None),
-                            "num_stages": getattr(meta, "num_stages", None),
-                            "shared": getattr(meta, "shared", None),
-                            "n_regs": compiled.n_regs,
-                            "n_spills": compiled.n_spills,
-                        }
-                    )
-                except Exception as exc:  # a fact we could not read is said, not guessed
-                    facts.append({"kernel": fn.__name__, "error": repr(exc)[:200]})
+            for key, compiled in list(caches[0].items()):
+                yield fn, (fn.__name__, str(key)), compiled
+
+
+def compiled_keys(kernel_module) -> set:
+    return {key for _, key, _ in _compiled(kernel_module)}
+
+
+def compiled_facts(kernel_module, exclude: set = frozenset()) -> list[dict]:
+    """Registers, spills and shared memory of the kernels compiled since `exclude` was taken (the unit tests'
+    small shapes left out), from Triton's CompiledKernel metadata."""
+    facts = []
+    for fn, key, compiled in _compiled(kernel_module):
+        if key in exclude:
+            continue
+        try:
+            if getattr(compiled, "n_regs", None) is None:
+                compiled._init_handles()
+            meta = compiled.metadata
+            facts.append(
+                {
+                    "kernel": fn.__name__,
+                    "constants": _constants(fn, compiled),
+                    "num_warps": getattr(meta, "num_warps", None),
+                    "num_stages": getattr(meta, "num_stages", None),
+                    "shared": getattr(meta, "shared", None),
+                    "n_regs": compiled.n_regs,
+                    "n_spills": compiled.n_spills,
+                }
+            )
+        except Exception as exc:  # a fact we could not read is said, not guessed
+            facts.append({"kernel": fn.__name__, "error": repr(exc)[:200]})
     return facts
 
 
@@ -250,7 +262,11 @@ def sweep(bench: Bench, kernel_module, spec: dict, sizes: list[dict]) -> dict:
             configs = {p: table.get(p, {}).get(block, rules.DEFAULT) for p in passes}
             if table and all(c == rules.DEFAULT for c in configs.values()):
                 continue  # nothing of this run applies at this size: the default's times stand
-            times = bench.time("liger", size["rows"], size["hidden"], passes)
+            try:
+                times = bench.time("liger", size["rows"], size["hidden"], passes)
+            except Exception as exc:  # a config that does not compile or launch is left out, and said
+                log.append({"table": str(table), "size": size["key"], "error": repr(exc)[:300]})
+                continue
             for p in passes:
                 results.setdefault(configs[p], {q: {} for q in passes})[p][size["key"]] = times[p]
         log.append({"table": {p: {str(b): list(c) for b, c in t.items()} for p, t in table.items()}})
@@ -322,6 +338,7 @@ def measure(spec: dict) -> dict:
             return out
     bench = Bench(repo, spec)
     kernel_module = importlib.import_module(f"liger_kernel.ops.{spec['kernel']}")
+    from_tests = compiled_keys(kernel_module)
     sizes = spec["sizes"]
     if spec.get("sweep"):
         out["sweep"] = sweep(bench, kernel_module, spec["sweep"], sizes)
@@ -334,7 +351,8 @@ def measure(spec: dict) -> dict:
                 times[provider][mode][size["key"]] = ms
     out["times"] = times
     if spec.get("facts"):
-        out["facts"] = compiled_facts(kernel_module)
+        out["facts"] = compiled_facts(kernel_module, exclude=from_tests)
+    if spec.get("bytes"):
         out["bytes"] = {s["key"]: touched_bytes(bench, kernel_module, s["rows"], s["hidden"]) for s in sizes}
     if spec.get("ceilings"):
         out["copy_gbps"] = copy_bandwidth()

@@ -75,6 +75,7 @@ class VariantRecord:
     times: dict | None = None
     tests: dict = field(default_factory=dict)
     skipped: str = ""  # not applicable: why (costs no variant)
+    facts: list = field(default_factory=list)  # the variant's compiled kernels: registers, spills, shared memory
 
     def to_json(self) -> dict:
         verdict = self.verdict
@@ -273,7 +274,7 @@ def run_ncu(checkout: Checkout, profile: PerfProfile, out_dir: Path) -> dict:
 
 
 def measure_baseline(checkout: Checkout, profile: PerfProfile, options: Options, out_dir: Path, progress) -> None:
-    spec = {**base_spec(checkout, profile), "providers": ["liger", "eager", "compile"], "facts": True}
+    spec = {**base_spec(checkout, profile), "providers": ["liger", "eager", "compile"], "facts": True, "bytes": True}
     spec["ceilings"] = True
     result = run_child(checkout, out_dir, "v0", spec)
     if "error" in result:
@@ -329,7 +330,7 @@ class Loop:
         notes.write_text(
             report.notes_before(name, title, based_on, hypothesis, changes, expected, self.profile, self.out_dir)
         )
-        spec = {**base_spec(self.checkout, self.profile), "tests": self.test_spec(self.options.tests_k)}
+        spec = {**base_spec(self.checkout, self.profile), "tests": self.test_spec(self.options.tests_k), "facts": True}
         with installed(self.checkout, self.ops, text):
             result = run_child(self.checkout, self.out_dir, name, spec)
         tests = result.get("tests") or {"ok": "error" not in result, "summary": result.get("error", "")[-300:]}
@@ -341,7 +342,7 @@ class Loop:
         )
         met = times is not None and rules_mod.target_met(self.rules, times, self.compiled)
         self.state = rules_mod.advance(self.rules, self.state, name, verdict, met)
-        record = VariantRecord(name, title, based_on, verdict, times, tests)
+        record = VariantRecord(name, title, based_on, verdict, times, tests, facts=result.get("facts") or [])
         self.records.append(record)
         if times is not None:
             self.times[name] = times

@@ -8,6 +8,7 @@ from dataclasses import dataclass
 from dataclasses import field
 
 from pipelines.perf import catalogue
+from pipelines.perf.report import facts_table
 from pipelines.perf.source import KernelSource
 
 
@@ -133,22 +134,7 @@ class PerfProfile:
             lines.append(f"| {row['variant']} | {'yes' if row['applies'] else 'no'} | {row['why']} |")
         facts = self.measured.get("facts") or []
         if facts:
-            lines += [
-                "",
-                "### Compiled kernels",
-                "",
-                "| kernel | constants | warps | stages | regs | spills | shared B |",
-            ]
-            lines.append("|---|---|---|---|---|---|---|")
-            for f in facts:
-                if "error" in f:
-                    lines.append(f"| `{f['kernel']}` | {f['error']} | | | | | |")
-                    continue
-                consts = ", ".join(f"{k}={v}" for k, v in f["constants"].items() if k.isupper() or "rows" in k)
-                lines.append(
-                    f"| `{f['kernel']}` | {consts} | {f['num_warps']} | {f['num_stages']} | {f['n_regs']} "
-                    f"| {f['n_spills']} | {f['shared']} |"
-                )
+            lines += ["", "### Compiled kernels", "", facts_table(facts)]
         bound = self.bound()
         if bound:
             lines += ["", f"### Bound (copy ceiling {self.measured['copy_gbps']:.0f} GB/s, same run)", ""]

@@ -73,11 +73,28 @@ def notes_after(record, baseline: dict, rules: rules_mod.Rules, compiled: dict) 
                     f"| {pass_name} | {size} | {old:.4f} | {ms:.4f} | {_delta(ms, old)} "
                     f"| {compiled.get(pass_name, {}).get(size, math.nan):.4f} |"
                 )
+    if record.facts:
+        lines += ["", facts_table(record.facts)]
     verdict = record.verdict
     lines += ["", "## Verdict", f"{verdict.status} (gain on the target vs {record.based_on}: {verdict.gain:+.2%})"]
     lines += [f"- {r}" for r in verdict.reasons]
     lines += ["", "## Learnings", _learning(record, rules), ""]
     return "\n".join(lines)
+
+
+def facts_table(facts: list[dict]) -> str:
+    """Triton's compiled kernels: registers, spills and shared memory per specialisation."""
+    rows = ["| kernel | constants | warps | stages | regs | spills | shared B |", "|---|---|---|---|---|---|---|"]
+    for f in facts:
+        if "error" in f:
+            rows.append(f"| `{f['kernel']}` | {f['error']} | | | | | |")
+            continue
+        consts = ", ".join(f"{k}={v}" for k, v in f["constants"].items() if k.isupper() or "rows" in k)
+        rows.append(
+            f"| `{f['kernel']}` | {consts} | {f['num_warps']} | {f['num_stages']} | {f['n_regs']} | {f['n_spills']} "
+            f"| {f['shared']} |"
+        )
+    return "\n".join(rows)
 
 
 def _learning(record, rules) -> str:

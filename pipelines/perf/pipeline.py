@@ -363,7 +363,11 @@ class Loop:
     def sweep(self, title: str) -> None:
         """A launch sweep on the best so far: measure candidate tables, then try the chosen table as a variant."""
         base = self.texts[self.state.best]
-        probe = catalogue.launch_table(base, {"table": {}, "gpu": self.gpu})
+        try:
+            probe = catalogue.launch_table(base, {"table": {}, "gpu": self.gpu})
+        except catalogue.NotApplicable as exc:  # e.g. a generated kernel launching through its own _launch helper
+            self.records.append(VariantRecord("-", title, self.state.best, skipped=str(exc)))
+            return
         spec = {**base_spec(self.checkout, self.profile), "passes": ["forward", "backward"]}
         spec["sweep"] = {"warps": [4, 8, 16, 32], "stages": [1, 2, 3, 4], "min_gain": self.rules.min_gain}
         with installed(self.checkout, self.ops, probe):

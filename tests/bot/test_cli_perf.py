@@ -76,3 +76,18 @@ def test_profile_only_json_for_rms_norm_with_its_own_sizes(liger_checkout):
 def test_it_refuses_what_it_cannot_do(liger_checkout, argv, message):
     status, _, err = perf(argv[0], "--repo", str(liger_checkout.root), "--profile-only", *argv[1:])
     assert status is ExitStatus.REFUSED and message in err
+
+
+def test_the_app_adapter_profiles_on_any_host_and_refuses_to_optimise_without_a_gpu(liger_checkout):
+    from bot.adapters import PERF
+    from bot.adapters import Request
+    from pipelines.outcome import PipelineError
+
+    request = Request(liger_checkout, "rms_norm", options={"pass": "full", "target-speedup": "1.2"})
+    understood = PERF.understand(request)
+    assert understood.branch == "liger-bot/perf-rms-norm" and understood.profile["target_pass"] == "full"
+    table = PERF.profile_table(understood.profile)
+    assert "| target | `full` at 4096x16384 |" in table and "dX without a memset" in table
+    with pytest.raises(PipelineError, match="no CUDA device"):
+        PERF.act_verify(request, lambda _: None)
+    assert liger_checkout.git.dirty_paths() == []

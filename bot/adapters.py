@@ -335,7 +335,7 @@ def _perf_options(request: Request):
 
 
 def perf_profile_table(profile: dict) -> str:
-    applies = [row["variant"] for row in profile.get("catalogue") or [] if row.get("applies")]
+    applies = list(dict.fromkeys(row["key"] for row in profile.get("catalogue") or [] if row.get("applies")))
     rows = ["| field | value |", "|---|---|", f"| kernel | `{_cell(profile.get('kernel', ''))}` |"]
     rows.append(f"| target | `{profile.get('target_pass')}` at {_cell(', '.join(profile.get('target_sizes') or []))} |")
     rows.append(f"| sizes | {_cell(', '.join(profile.get('sizes') or []))} |")

@@ -87,7 +87,7 @@ def test_the_app_adapter_profiles_on_any_host_and_refuses_to_optimise_without_a_
     understood = PERF.understand(request)
     assert understood.branch == "liger-bot/perf-rms-norm" and understood.profile["target_pass"] == "full"
     table = PERF.profile_table(understood.profile)
-    assert "| target | `full` at 4096x16384 |" in table and "dX without a memset" in table
+    assert "| target | `full` at 4096x16384 |" in table and "empty_dx" in table and "unused_grad_none" not in table
     with pytest.raises(PipelineError, match="no CUDA device"):
         PERF.act_verify(request, lambda _: None)
     assert liger_checkout.git.dirty_paths() == []

@@ -336,12 +336,58 @@ def fuse_act_verify(request: Request, progress: Progress) -> Outcome:
     )
 
 
+# --- perf ---------------------------------------------------------------------------------------------------
+
+
+def _perf_options(request: Request):
+    from pipelines.perf.pipeline import Options
+
+    return Options(
+        target_pass=request.options.get("pass", "backward"),
+        target_speedup=float(request.options.get("target-speedup", 1.0)),
+    )
+
+
+def perf_profile_table(profile: dict) -> str:
+    applies = list(dict.fromkeys(row["key"] for row in profile.get("catalogue") or [] if row.get("applies")))
+    rows = ["| field | value |", "|---|---|", f"| kernel | `{_cell(profile.get('kernel', ''))}` |"]
+    rows.append(f"| target | `{profile.get('target_pass')}` at {_cell(', '.join(profile.get('target_sizes') or []))} |")
+    rows.append(f"| sizes | {_cell(', '.join(profile.get('sizes') or []))} |")
+    rows.append(f"| structural variants that apply | {_cell(', '.join(applies) or 'none')} |")
+    return "\n".join(rows)
+
+
+def perf_understand(request: Request) -> Understood:
+    from pipelines.perf import pipeline
+
+    _, profile = pipeline.understand(request.target, request.checkout.root, _perf_options(request))
+    return Understood(profile.to_json(), f"{BRANCH_PREFIX}perf-{profile.source.name.replace('_', '-')}")
+
+
+def perf_act_verify(request: Request, progress: Progress) -> Outcome:
+    from pipelines.perf import pipeline
+
+    run = pipeline.run(request.target, request.checkout.root, _perf_options(request), request.out_dir, progress)
+    if not run.branch and not run.failed:
+        raise PipelineError(f"perf {request.target}: no variant beat the kernel ({run.stop})", hint="nothing to change")
+    return Outcome(
+        branch=run.branch or f"{BRANCH_PREFIX}perf-{request.target.replace('_', '-')}",
+        gates=list(run.gates),
+        files=run.to_json()["files"],
+        pr_title=f"perf({request.target}): {run.profile.target_pass} faster ({run.best})",
+        pr_body=run.pr_body,
+        ok=not run.failed,
+        profile=run.profile.to_json(),
+    )
+
+
 # --- the table ----------------------------------------------------------------------------------------------
 
 # In process: what the stage's child runs (bot.isolation), and `liger-bot verify` on a runner holding no secrets.
 AUTOPATCH = autopatch_adapter()
 KERNEL = Adapter(no_settings, kernel_understand, kernel_act_verify, kernel_profile_table, verify_kernel_branch)
 FUSE = Adapter(no_settings, fuse_understand, fuse_act_verify, fuse_profile_table)
+PERF = Adapter(no_settings, perf_understand, perf_act_verify, perf_profile_table)
 
 
 def in_child(adapter: Adapter, name: str) -> Adapter:
@@ -355,6 +401,7 @@ PIPELINES: dict[str, Adapter] = {
     "autopatch": in_child(AUTOPATCH, "AUTOPATCH"),
     "kernel": in_child(KERNEL, "KERNEL"),
     "fuse": in_child(FUSE, "FUSE"),
+    "perf": in_child(PERF, "PERF"),
 }
 
 

@@ -76,6 +76,17 @@ VERBS: dict[str, Verb] = {
             options=("name",),
         ),
         Verb(
+            "perf",
+            "KERNEL [--pass PASS] [--target-speedup X]",
+            "make an existing kernel of the target (`fused_add_rms_norm`, `rms_norm`, a generated one) faster on a GPU "
+            "for PASS (`forward`, `backward` (default) or `full`): profile, launch sweep, structural variants under the "
+            "skill's guardrails; open a draft PR with the winner",
+            Permission.WRITE,
+            pipeline="perf",
+            target="kernel name",
+            options=("pass", "target-speedup"),
+        ),
+        Verb(
             "fuse",
             "path/in/repo.py:Factory",
             "trace the model `Factory()` returns and write a torch.compile pass for its largest unmatched chain of "
@@ -200,15 +211,34 @@ def validate_kernel_name(text: str) -> str:
     return text
 
 
+def validate_pass(text: str) -> str:
+    if text not in ("forward", "backward", "full"):
+        raise CommandError(f"`--pass {_shown(text)}`: one of `forward`, `backward`, `full`")
+    return text
+
+
+def validate_speedup(text: str) -> str:
+    try:
+        value = float(text)
+    except ValueError:
+        value = 0.0
+    if not 0 < value <= 100:
+        raise CommandError(f"`--target-speedup {_shown(text)}`: a number over 0, e.g. 1.0 (as fast as torch.compile)")
+    return text
+
+
 # target kind -> validator; a validator returns the text unchanged or raises CommandError with the reply
 TARGETS = {
     "model": validate_target,
     "kernel spec": validate_kernel_spec,
+    "kernel name": validate_kernel_name,
     "model file": validate_model_file,
 }
 # option -> validator of its value
 OPTIONS = {
     "name": validate_kernel_name,
+    "pass": validate_pass,
+    "target-speedup": validate_speedup,
 }
 
 

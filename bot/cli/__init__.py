@@ -27,6 +27,7 @@ COMMAND_MODULES = (
     "bot.cli.autopatch",
     "bot.cli.debug",
     "bot.cli.kernel",
+    "bot.cli.perf",
     "bot.cli.demo",
     "bot.cli.fuse",
     "bot.cli.app",

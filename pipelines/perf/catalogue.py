@@ -1,0 +1,483 @@
+"""The structural variants the engine knows how to apply to Liger's row-wise kernels, as source rewrites.
+
+Each rewrite takes the kernel file's text and returns the new text, or raises NotApplicable with the reason (the
+log shows it; it costs no variant). Rewrites find their places with `ast` (launch sites, the backward wrapper, the
+autograd Function) and edit by position, so comments and the rest of the file stay as they are. They compose: a
+variant is the current best with one more rewrite, so its file says which earlier variant it builds on.
+
+    launch_table       v1: per pass and BLOCK_SIZE, the (num_warps, num_stages) the sweep measured best
+    unused_grad_none   gradients of unused outputs arrive as None: no zero tensor allocated and read
+    programs_per_sm    the dW partial sums over K x SM-count programs (fewer rows each), the same second-stage sum
+    reload_weight      the backward loads W inside its row loop (from L1/L2) instead of holding it in registers
+    pipelined_rows     the backward's row loop as tl.range(num_stages=S): the next rows' loads overlap this row's math
+    empty_dx           dX allocated with empty_like when the kernel writes every element (no memset)
+    keep_rstd          a backward that recomputes the row statistic loads the one the forward stored instead
+"""
+
+from __future__ import annotations
+
+import ast
+import re
+from collections.abc import Callable
+from dataclasses import dataclass
+
+PROGRAMS_CONSTANT = "_PERF_PROGRAMS_PER_SM"
+LAUNCH_TABLE = "_PERF_LAUNCH"
+
+
+class NotApplicable(Exception):
+    """The rewrite has nothing to change in this kernel; the message says why."""
+
+
+@dataclass(frozen=True)
+class Entry:
+    key: str
+    title: str
+    hypothesis: str  # written into the variant's notes before it runs
+    expected: str
+    rewrite: Callable[[str, dict], str]
+    params: dict
+
+
+# --- editing by position -------------------------------------------------------------------------------------
+
+
+class Edits:
+    """Replacements at (line, col) spans of one text, applied back to front so earlier positions stay valid."""
+
+    def __init__(self, text: str):
+        self.text = text
+        self.lines = text.splitlines(keepends=True)
+        self.starts = [0]
+        for line in self.lines:
+            self.starts.append(self.starts[-1] + len(line))
+        self.spans: list[tuple[int, int, str]] = []
+
+    def offset(self, line: int, col: int) -> int:
+        return self.starts[line - 1] + len(self.lines[line - 1].encode()[:col].decode())
+
+    def replace_node(self, node: ast.AST, new: str) -> None:
+        self.spans.append(
+            (self.offset(node.lineno, node.col_offset), self.offset(node.end_lineno, node.end_col_offset), new)
+        )
+
+    def insert_before_line(self, line: int, new: str) -> None:
+        at = self.starts[line - 1]
+        self.spans.append((at, at, new))
+
+    def delete_line(self, line: int) -> None:
+        self.spans.append((self.starts[line - 1], self.starts[line], ""))
+
+    def apply(self) -> str:
+        text = self.text
+        for start, end, new in sorted(self.spans, key=lambda s: (s[0], s[1]), reverse=True):
+            text = text[:start] + new + text[end:]
+        return text
+
+
+def _indent(line_text: str) -> str:
+    return line_text[: len(line_text) - len(line_text.lstrip())]
+
+
+def _jit_names(tree: ast.Module) -> set[str]:
+    from pipelines.perf.source import _jit_functions
+
+    return {j.name for j in _jit_functions(tree)}
+
+
+def _launches(tree: ast.Module):
+    from pipelines.perf.source import launch_calls
+
+    return list(launch_calls(tree, _jit_names(tree)))
+
+
+def _statement_of(func: ast.FunctionDef, call: ast.Call) -> ast.stmt:
+    """The innermost simple statement holding the call (the launch's own line, inside any if / with)."""
+    simple = [
+        node
+        for node in ast.walk(func)
+        if isinstance(node, ast.Expr | ast.Assign | ast.AugAssign | ast.AnnAssign | ast.Return)
+        and node.lineno <= call.lineno
+        and node.end_lineno >= call.end_lineno
+    ]
+    if not simple:
+        raise NotApplicable(f"no statement holds the launch at line {call.lineno}")
+    return max(simple, key=lambda n: (n.lineno, -n.end_lineno))
+
+
+def _module_insert_line(tree: ast.Module) -> int:
+    """The line before the first function or class: module helpers and constants go there."""
+    for node in tree.body:
+        if isinstance(node, ast.FunctionDef | ast.ClassDef):
+            return min([node.lineno] + [d.lineno for d in node.decorator_list])
+    return len(tree.body) + 1
+
+
+def _backward_wrapper(tree: ast.Module) -> ast.FunctionDef:
+    """The Python function launching the backward kernels on an SM-count grid (Liger's `*_backward`)."""
+    for func, call in _launches(tree):
+        if "backward" in call.func.value.id and "sm_count" in ast.unparse(func):
+            return func
+    raise NotApplicable("no backward launcher sized by sm_count (the dW partial-sum pattern)")
+
+
+# --- v1: the launch table -------------------------------------------------------------------------------------
+
+LAUNCH_HELPER = """# liger-bot perf: (num_warps, num_stages) per pass and BLOCK_SIZE, measured on {gpu} over the benchmark's sizes
+# (launch sweep); a BLOCK_SIZE not in the table keeps the kernel's own settings.
+{table} = {value}
+
+
+def _perf_launch(pass_name, block_size, **launch):
+    num_warps, num_stages = {table}[pass_name].get(block_size, (None, None))
+    if num_warps is not None:
+        launch["num_warps"] = num_warps
+    if num_stages is not None:
+        launch["num_stages"] = num_stages
+    return launch
+
+
+"""
+
+
+def table_literal(table: dict) -> str:
+    passes = []
+    for pass_name in ("forward", "backward"):
+        rows = ", ".join(f"{block}: {tuple(cfg)!r}" for block, cfg in sorted(table.get(pass_name, {}).items()))
+        passes.append(f'"{pass_name}": {{{rows}}}')
+    return "{" + ", ".join(passes) + "}"
+
+
+def launch_table(text: str, params: dict) -> str:
+    """Every launch takes its num_warps / num_stages from the table; an existing table just gets new values."""
+    table = params.get("table", {})
+    tree = ast.parse(text)
+    existing = [n for n in tree.body if isinstance(n, ast.Assign) and ast.unparse(n.targets[0]) == LAUNCH_TABLE]
+    if existing:
+        edits = Edits(text)
+        edits.replace_node(existing[0].value, table_literal(table))
+        return edits.apply()
+    launches = _launches(tree)
+    if not launches:
+        raise NotApplicable("no kernel[grid](...) launch to set num_warps / num_stages on")
+    edits = Edits(text)
+    for func, call in launches:
+        keywords = {k.arg: k for k in call.keywords if k.arg}
+        if "num_warps" not in keywords or "BLOCK_SIZE" not in keywords:
+            continue
+        statement = _statement_of(func, call)
+        indent = _indent(edits.lines[statement.lineno - 1])
+        pass_name = "backward" if "backward" in call.func.value.id else "forward"
+        block = ast.get_source_segment(text, keywords["BLOCK_SIZE"].value)
+        given = [f"num_warps={ast.get_source_segment(text, keywords['num_warps'].value)}"]
+        if "num_stages" in keywords:
+            given.append(f"num_stages={ast.get_source_segment(text, keywords['num_stages'].value)}")
+            stages = keywords["num_stages"]
+            if edits.lines[stages.lineno - 1].strip().rstrip(",") == ast.get_source_segment(text, stages):
+                edits.delete_line(stages.lineno)
+            else:
+                edits.replace_node(stages, "**{}")
+        launch_args = ", ".join(given)
+        edits.insert_before_line(
+            statement.lineno, f'{indent}_launch = _perf_launch("{pass_name}", {block}, {launch_args})\n'
+        )
+        edits.replace_node(keywords["num_warps"], "**_launch")
+    if not edits.spans:
+        raise NotApplicable("no launch passes BLOCK_SIZE and num_warps")
+    helper = LAUNCH_HELPER.format(gpu=params.get("gpu", "the GPU"), table=LAUNCH_TABLE, value=table_literal(table))
+    edits.insert_before_line(_module_insert_line(tree), helper)
+    return edits.apply()
+
+
+# --- unused output gradients as None -------------------------------------------------------------------------
+
+
+def _optional_grads(tree: ast.Module) -> list[tuple[ast.FunctionDef, ast.Call, str]]:
+    """(launcher, launch, name) for backward launches passing `has_<x>=<name> is not None`."""
+    found = []
+    for func, call in _launches(tree):
+        for keyword in call.keywords:
+            value = keyword.value
+            if (
+                keyword.arg
+                and keyword.arg.startswith("has_")
+                and isinstance(value, ast.Compare)
+                and isinstance(value.ops[0], ast.IsNot)
+                and isinstance(value.left, ast.Name)
+            ):
+                found.append((func, call, value.left.id))
+    return found
+
+
+def _autograd_function(tree: ast.Module) -> ast.ClassDef:
+    for node in tree.body:
+        if isinstance(node, ast.ClassDef) and any("Function" in ast.unparse(b) for b in node.bases):
+            return node
+    raise NotApplicable("no torch.autograd.Function in the kernel file")
+
+
+def _method(cls: ast.ClassDef, name: str) -> ast.FunctionDef:
+    for node in cls.body:
+        if isinstance(node, ast.FunctionDef) and node.name == name:
+            return node
+    raise NotApplicable(f"{cls.name} has no {name}")
+
+
+def _body_start(func: ast.FunctionDef) -> ast.stmt:
+    """The first statement after the docstring."""
+    body = func.body
+    if isinstance(body[0], ast.Expr) and isinstance(body[0].value, ast.Constant) and len(body) > 1:
+        return body[1]
+    return body[0]
+
+
+def unused_grad_none(text: str, params: dict) -> str:
+    """ctx.set_materialize_grads(False): autograd stops allocating (and the kernel stops reading) a zero gradient
+    for an output nobody used; the kernel already skips it (`has_x=x is not None`), the launcher now lets it."""
+    tree = ast.parse(text)
+    optional = _optional_grads(tree)
+    if not optional:
+        raise NotApplicable("no backward launch takes an optional gradient (`has_x=x is not None`)")
+    if "set_materialize_grads" in text:
+        raise NotApplicable("gradients are already left unmaterialised")
+    cls = _autograd_function(tree)
+    forward, backward = _method(cls, "forward"), _method(cls, "backward")
+    grads = [a.arg for a in backward.args.args[1:]]
+    if len(grads) < 2:
+        raise NotApplicable(f"{cls.name}.backward takes one gradient: every output is used")
+    edits = Edits(text)
+    first = _body_start(forward)
+    indent = _indent(edits.lines[first.lineno - 1])
+    edits.insert_before_line(
+        first.lineno,
+        f"{indent}# liger-bot perf: an unused output's gradient arrives as None instead of a tensor of zeros\n"
+        f"{indent}ctx.set_materialize_grads(False)\n",
+    )
+    start = _body_start(backward)
+    indent = _indent(edits.lines[start.lineno - 1])
+    names = {name for _, _, name in optional}
+    guards = []
+    for grad in grads:
+        others = [g for g in grads if g != grad]
+        if grad not in names and others:  # a required gradient: zeros when only the other outputs were used
+            guards.append(f"{indent}if {grad} is None:\n{indent}    {grad} = torch.zeros_like({others[0]})\n")
+    edits.insert_before_line(start.lineno, "".join(guards))
+    for func, call, name in optional:
+        fallback = ast.unparse(call.args[0]) if call.args else None
+        for node in ast.walk(func):
+            if (
+                isinstance(node, ast.Assign)
+                and ast.unparse(node.targets[0]) == name
+                and ast.unparse(node.value).startswith(f"{name}.")
+            ):
+                edits.replace_node(
+                    node.value, f"{ast.get_source_segment(text, node.value)} if {name} is not None else None"
+                )
+            if isinstance(node, ast.Call) and ast.unparse(node.func) == f"{name}.stride":
+                edits.replace_node(node, f"({ast.get_source_segment(text, node)} if {name} is not None else 0)")
+        for arg in call.args:
+            if isinstance(arg, ast.Name) and arg.id == name and fallback and fallback != name:
+                edits.replace_node(arg, f"{name} if {name} is not None else {fallback}")
+    return edits.apply()
+
+
+# --- dW over more programs -----------------------------------------------------------------------------------
+
+
+def programs_per_sm(text: str, params: dict) -> str:
+    """The backward grid, its rows per program and the dW partial buffer sized by K x sm_count: more programs in
+    flight per SM hide the row loop's memory latency; the second-stage sum over the partials stays the same."""
+    k = int(params["k"])
+    tree = ast.parse(text)
+    existing = [n for n in tree.body if isinstance(n, ast.Assign) and ast.unparse(n.targets[0]) == PROGRAMS_CONSTANT]
+    if existing:
+        edits = Edits(text)
+        edits.replace_node(existing[0].value, str(k))
+        return edits.apply()
+    func = _backward_wrapper(tree)
+    # the last statement that sets sm_count (the device if/elif chain) ends where n_programs starts
+    chain_end = None
+    for node in func.body:
+        if "sm_count" in ast.unparse(node) and any(
+            isinstance(n, ast.Assign) and ast.unparse(n.targets[0]) == "sm_count" for n in ast.walk(node)
+        ):
+            chain_end = node
+    if chain_end is None:
+        raise NotApplicable(f"{func.name} does not set sm_count")
+    edits = Edits(text)
+    for node in ast.walk(func):
+        if isinstance(node, ast.Name) and node.id == "sm_count" and node.lineno > chain_end.end_lineno:
+            edits.replace_node(node, "n_programs")
+    if not edits.spans:
+        raise NotApplicable(f"{func.name} never uses sm_count after setting it")
+    indent = _indent(edits.lines[chain_end.lineno - 1])
+    edits.insert_before_line(
+        chain_end.end_lineno + 1,
+        f"{indent}# liger-bot perf: {PROGRAMS_CONSTANT} programs per SM, each with a partial dW row (summed below)\n"
+        f"{indent}n_programs = sm_count * {PROGRAMS_CONSTANT}\n",
+    )
+    edits.insert_before_line(
+        _module_insert_line(tree),
+        f"# liger-bot perf: backward programs per SM (dW partial rows = this x SM count)\n{PROGRAMS_CONSTANT} = {k}\n\n\n",
+    )
+    return edits.apply()
+
+
+# --- the backward's row loop, software-pipelined -------------------------------------------------------------
+
+
+def pipelined_rows(text: str, params: dict) -> str:
+    stages = int(params["stages"])
+    tree = ast.parse(text)
+    edits = Edits(text)
+    for node in tree.body:
+        if not (isinstance(node, ast.FunctionDef) and node.name in _jit_names(tree) and "backward" in node.name):
+            continue
+        for loop in ast.walk(node):
+            if isinstance(loop, ast.For) and isinstance(loop.iter, ast.Call):
+                callee = ast.unparse(loop.iter.func)
+                if callee == "range":
+                    args = ", ".join(ast.get_source_segment(text, a) for a in loop.iter.args)
+                    edits.replace_node(loop.iter, f"tl.range({args}, num_stages={stages})")
+                elif callee == "tl.range":
+                    raise NotApplicable(f"{node.name}'s row loop is a tl.range already")
+    if not edits.spans:
+        raise NotApplicable("no backward kernel loops over rows with range()")
+    return edits.apply()
+
+
+# --- fewer live registers: W reloaded per row -----------------------------------------------------------------
+
+
+def _assigns(node: ast.stmt, name: str) -> bool:
+    return any(isinstance(n, ast.Assign) and name in [ast.unparse(t) for t in n.targets] for n in ast.walk(node))
+
+
+def reload_weight(text: str, params: dict) -> str:
+    """The statements before the backward's row loop that load W (and add the offset) move to the top of the loop
+    body: W is then live only until m is formed, not across the whole row (one fewer BLOCK_SIZE vector of
+    registers across the loop; the reload hits L1/L2, W being one row shared by every program)."""
+    name = params.get("name", "W_row")
+    tree = ast.parse(text)
+    edits = Edits(text)
+    for kernel in tree.body:
+        if not (isinstance(kernel, ast.FunctionDef) and kernel.name in _jit_names(tree) and "backward" in kernel.name):
+            continue
+        loops = [n for n in kernel.body if isinstance(n, ast.For)]
+        if not loops:
+            continue
+        loop = loops[0]
+        moved = [n for n in kernel.body if n.lineno < loop.lineno and _assigns(n, name)]
+        if not moved:
+            continue
+        indent = _indent(edits.lines[loop.body[0].lineno - 1])
+        block = []
+        for node in moved:
+            first = min([node.lineno] + [d.lineno for d in getattr(node, "decorator_list", [])])
+            source = "".join(edits.lines[first - 1 : node.end_lineno])
+            outer = _indent(edits.lines[first - 1])
+            block.append(
+                "".join(indent + line[len(outer) :] if line.strip() else line for line in source.splitlines(True))
+            )
+            for line in range(first, node.end_lineno + 1):
+                edits.delete_line(line)
+        note = f"{indent}# liger-bot perf: {name} reloaded per row (L1/L2 hit) instead of live in registers across the loop\n"
+        edits.insert_before_line(loop.body[0].lineno, note + "".join(block))
+    if not edits.spans:
+        raise NotApplicable(f"no backward kernel holds {name} in registers across a row loop")
+    return edits.apply()
+
+
+# --- dX without a memset --------------------------------------------------------------------------------------
+
+_ZEROS_DX = re.compile(r"^(?P<indent>\s*)dX = torch\.zeros_like\((?P<arg>\w+)\)[ \t]*$", re.MULTILINE)
+
+
+def empty_dx(text: str, params: dict) -> str:
+    """Every row and column of dX is stored by the kernel (masked to n_cols), so zero-filling it first is a
+    wasted pass over memory."""
+    if not _ZEROS_DX.search(text):
+        raise NotApplicable("dX is not allocated with torch.zeros_like")
+    return _ZEROS_DX.sub(
+        lambda m: f"{m['indent']}dX = torch.empty_like({m['arg']})  # liger-bot perf: the kernel writes every element",
+        text,
+    )
+
+
+# --- keep the row statistic -----------------------------------------------------------------------------------
+
+
+def keep_rstd(text: str, params: dict) -> str:
+    tree = ast.parse(text)
+    backward = [j for j in _jit_names(tree) if "backward" in j]
+    kernels = [n for n in tree.body if isinstance(n, ast.FunctionDef) and n.name in backward]
+    if kernels and all("RSTD_ptr" in [a.arg for a in k.args.args] for k in kernels):
+        raise NotApplicable("the backward already loads the rstd the forward stored (kept, not recomputed)")
+    raise NotApplicable("the backward has no stored row statistic to load; recomputing it is the kernel's choice")
+
+
+CATALOGUE: tuple[Entry, ...] = (
+    Entry(
+        "unused_grad_none",
+        "Unused output gradients as None",
+        "An output nobody uses (the residual S of the benchmark) gets a gradient of zeros from autograd: a memset of a "
+        "rows x hidden tensor, then a read of it in the backward kernel. set_materialize_grads(False) removes both.",
+        "backward -(15-25)% at every size where only Y is used (two of the kernel's four full-size streams go away)",
+        unused_grad_none,
+        {},
+    ),
+    Entry(
+        "reload_weight",
+        "W reloaded per row (fewer live registers)",
+        "At BLOCK_SIZE 16384 every live fp32 vector is 32 registers per thread at 16 warps; the backward keeps the dW "
+        "accumulator, W, X, dY and m live, more than the 128 registers a thread may hold there, so it spills. W is "
+        "the one that need not stay live across the row loop.",
+        "backward -(5-20)% at the largest hidden size if it spilled; none where the registers fit",
+        reload_weight,
+        {},
+    ),
+    Entry(
+        "programs_per_sm",
+        "dW over 2 programs per SM",
+        "One program per SM runs its rows one after another with a single row in flight; two programs per SM overlap "
+        "one's loads with the other's math. The dW partial buffer doubles (2 x SMs rows), the second-stage sum is the "
+        "same.",
+        "backward -(5-20)% at large hidden sizes, where one row is the whole register file",
+        programs_per_sm,
+        {"k": 2},
+    ),
+    Entry(
+        "pipelined_rows",
+        "Software-pipelined row loop",
+        "The backward's row loop issues the next row's loads only after this row's store; tl.range(num_stages=2) lets "
+        "Triton prefetch the next rows while this one reduces.",
+        "backward -(5-15)% where the loop is latency-bound (few programs per SM)",
+        pipelined_rows,
+        {"stages": 2},
+    ),
+    Entry(
+        "programs_per_sm",
+        "dW over 4 programs per SM",
+        "Building on the best so far: four programs per SM if two helped (more latency hidden), at the cost of a "
+        "4 x SMs dW partial buffer.",
+        "backward a further -(0-10)%; none if registers already cap occupancy",
+        programs_per_sm,
+        {"k": 4},
+    ),
+    Entry(
+        "empty_dx",
+        "dX without a memset",
+        "dX = torch.zeros_like(dY) fills a tensor the kernel then overwrites completely.",
+        "backward -(5-20)% when in_place=False (the benchmark's default layer is in place: no change there)",
+        empty_dx,
+        {},
+    ),
+    Entry(
+        "keep_rstd",
+        "Keep the row statistic",
+        "A backward that recomputes rstd reads its row twice; loading the stored rstd saves a reduction.",
+        "none if the kernel already keeps it",
+        keep_rstd,
+        {},
+    ),
+)

@@ -1,0 +1,392 @@
+"""The GPU child of the perf pipeline: one process per variant, with the variant already in the target's source.
+
+    python -m pipelines.perf.measure SPEC.json OUT.json
+
+It runs the kernel's unit tests (in process, pytest), then times every (provider, pass, size) with the target's
+own benchmark framework (`benchmark/scripts/utils.py: run_speed_benchmark`, medians of triton's do_bench) on the
+layers its benchmark script's setup function builds; torch.compile of the reference comes from the same setup. It
+also reads the compiled kernels' registers, spills and shared memory (Triton's CompiledKernel), the bytes each
+pass's kernels touch, and the copy bandwidth ceiling of this GPU; for the launch sweep it times candidate launch
+tables through the variant's `_PERF_LAUNCH`. Everything lands in OUT.json; a crash leaves its traceback there.
+
+Under TRITON_INTERPRET=1 (the CPU dry run, `liger-bot perf --interpret`, that tests the pipeline itself) times
+are wall-clock medians on the CPU and torch.compile uses the aot_eager backend: no figure of such a run is a
+speed claim, and every output says so.
+"""
+
+from __future__ import annotations
+
+import importlib
+import importlib.util
+import json
+import sys
+import time
+import traceback
+from pathlib import Path
+
+MODES = ("forward", "backward", "full")
+
+
+def _paths(repo: Path) -> None:
+    for entry in (repo / "benchmark" / "scripts", repo, repo / "src"):
+        if str(entry) not in sys.path:
+            sys.path.insert(0, str(entry))
+
+
+class _Counts:
+    """A pytest plugin counting outcomes (the summary line, without parsing pytest's output)."""
+
+    def __init__(self):
+        self.counts: dict[str, int] = {}
+        self.failed: list[str] = []
+
+    def pytest_runtest_logreport(self, report):
+        if report.when == "call" or report.outcome != "passed":
+            self.counts[report.outcome] = self.counts.get(report.outcome, 0) + 1
+            if report.outcome == "failed":
+                self.failed.append(report.nodeid)
+
+
+def run_tests(repo: Path, spec: dict) -> dict:
+    import pytest
+
+    started = time.perf_counter()
+    argv = [str(repo / spec["file"]), "-q", "-p", "no:cacheprovider", "-x"]
+    if interpreting():
+        argv += ["-p", "pipelines.perf.interpret"]
+    if spec.get("k"):
+        argv += ["-k", spec["k"]]
+    counts = _Counts()
+    code = int(pytest.main(argv, plugins=[counts]))
+    import torch
+
+    torch.use_deterministic_algorithms(False)  # the test modules switch it on at import
+    summary = ", ".join(f"{n} {k}" for k, n in sorted(counts.counts.items())) or "no tests ran"
+    return {
+        "ok": code == 0,
+        "exit": code,
+        "summary": summary,
+        "failed": counts.failed[:5],
+        "seconds": round(time.perf_counter() - started, 1),
+    }
+
+
+def interpreting() -> bool:
+    import os
+
+    return os.environ.get("TRITON_INTERPRET") == "1"
+
+
+def wall_ms(forward, mode: str, x, reps: int = 5) -> float:
+    """The dry run's timer: wall-clock median of `reps` calls of the pass on the CPU."""
+    import torch
+
+    def once():
+        if mode == "forward":
+            forward()
+        elif mode == "backward":
+            y = forward()
+            started = time.perf_counter()
+            y.backward(torch.randn_like(y))
+            return time.perf_counter() - started
+        else:
+            y = forward()
+            y.backward(torch.randn_like(y))
+        return None
+
+    samples = []
+    for _ in range(reps):
+        x.grad = None
+        started = time.perf_counter()
+        inner = once()
+        samples.append(inner if inner is not None else time.perf_counter() - started)
+    return sorted(samples)[len(samples) // 2] * 1e3
+
+
+class Bench:
+    """The benchmark script's setup function and the framework's timing, for one kernel."""
+
+    def __init__(self, repo: Path, spec: dict):
+        import torch
+
+        _paths(repo)
+        script = repo / spec["script"]
+        module_spec = importlib.util.spec_from_file_location(script.stem, script)
+        self.script = importlib.util.module_from_spec(module_spec)
+        module_spec.loader.exec_module(self.script)
+        self.utils = importlib.import_module("utils")
+        self.setup = getattr(self.script, spec["setup_fn"])
+        self.config = dict(spec["config"])
+        self.config["dtype"] = getattr(torch, self.config.get("dtype", "bfloat16"))
+        self.providers = {"liger": spec["liger_provider"], "eager": spec["reference_provider"]}
+
+    def build(self, provider: str, rows: int, hidden: int, mode: str = "full"):
+        """(input, forward callable) as the script builds them; `compile` wraps the reference in torch.compile."""
+        import torch
+
+        name = self.providers["eager" if provider == "compile" else provider]
+        config = {**self.config, "hidden_size": hidden}
+        setup_out = self.setup(self.utils.SingleBenchmarkRunInput(rows, name, mode, config))
+        x, fn = setup_out[0], setup_out[1]
+        if provider == "compile":
+            torch._dynamo.reset()
+            compiled = torch.compile(fn, dynamic=False, backend="aot_eager" if interpreting() else "inductor")
+            return x, lambda: compiled(x)
+        return x, lambda: self.utils.default_forward_fn(*setup_out)
+
+    def time(self, provider: str, rows: int, hidden: int, modes) -> dict[str, float]:
+        x, forward = self.build(provider, rows, hidden)
+        if interpreting():
+            return {mode: wall_ms(forward, mode, x) for mode in modes}
+        return {mode: float(self.utils.run_speed_benchmark(forward, mode, [x]).y_50) for mode in modes}
+
+
+def touched_bytes(bench: Bench, kernel_module, rows: int, hidden: int) -> dict[str, int]:
+    """Bytes of the distinct tensors each pass's Triton launches read or write (every tensor counted once)."""
+    import torch
+
+    jits = _jit_functions(kernel_module)
+    seen: dict[int, int] = {}
+
+    def wrap(fn):
+        original = fn.run
+
+        def run(*args, **kwargs):
+            for value in list(args) + list(kwargs.values()):
+                if isinstance(value, torch.Tensor):
+                    seen[value.data_ptr()] = max(seen.get(value.data_ptr(), 0), value.numel() * value.element_size())
+            return original(*args, **kwargs)
+
+        fn.run = run
+        return original
+
+    originals = [(fn, wrap(fn)) for fn in jits]
+    try:
+        result = {}
+        x, forward = bench.build("liger", rows, hidden)
+        seen.clear()
+        y = forward()
+        _synchronize()
+        result["forward"] = sum(seen.values())
+        seen.clear()
+        y.backward(torch.randn_like(y), retain_graph=True)
+        _synchronize()
+        result["backward"] = sum(seen.values())
+        result["full"] = result["forward"] + result["backward"]
+        return result
+    finally:
+        for fn, original in originals:
+            fn.run = original
+
+
+def _synchronize() -> None:
+    import torch
+
+    if torch.cuda.is_available():
+        torch.cuda.synchronize()
+
+
+def _jit_functions(module) -> list:
+    from triton.runtime.jit import JITFunction
+
+    return [v for v in vars(module).values() if isinstance(v, JITFunction)]
+
+
+def _compiled(kernel_module):
+    for fn in _jit_functions(kernel_module):
+        for caches in getattr(fn, "device_caches", {}).values():
+            for key, compiled in list(caches[0].items()):
+                yield fn, (fn.__name__, str(key)), compiled
+
+
+def compiled_keys(kernel_module) -> set:
+    return {key for _, key, _ in _compiled(kernel_module)}
+
+
+def compiled_facts(kernel_module, exclude: set = frozenset()) -> list[dict]:
+    """Registers, spills and shared memory of the kernels compiled since `exclude` was taken (the unit tests'
+    small shapes left out), from Triton's CompiledKernel metadata."""
+    facts = []
+    for fn, key, compiled in _compiled(kernel_module):
+        if key in exclude:
+            continue
+        try:
+            if getattr(compiled, "n_regs", None) is None:
+                compiled._init_handles()
+            meta = compiled.metadata
+            facts.append(
+                {
+                    "kernel": fn.__name__,
+                    "constants": _constants(fn, compiled),
+                    "num_warps": getattr(meta, "num_warps", None),
+                    "num_stages": getattr(meta, "num_stages", None),
+                    "shared": getattr(meta, "shared", None),
+                    "n_regs": compiled.n_regs,
+                    "n_spills": compiled.n_spills,
+                }
+            )
+        except Exception as exc:  # a fact we could not read is said, not guessed
+            facts.append({"kernel": fn.__name__, "error": repr(exc)[:200]})
+    return facts
+
+
+def _constants(fn, compiled) -> dict:
+    constants = getattr(getattr(compiled, "src", None), "constants", {}) or {}
+    names = getattr(fn, "arg_names", [])
+    out = {}
+    for key, value in constants.items():
+        index = key[0] if isinstance(key, tuple) else key
+        name = names[index] if isinstance(index, int) and index < len(names) else str(index)
+        if isinstance(value, int | float | bool | str):
+            out[name] = value
+    return out
+
+
+def sweep(bench: Bench, kernel_module, spec: dict, sizes: list[dict]) -> dict:
+    """Candidate launch tables through the variant's _PERF_LAUNCH: num_warps first (the kernel's own num_stages),
+    then num_stages at the num_warps chosen per pass; each choice per pass and BLOCK_SIZE is rules.choose_launch's.
+    A config is timed only at the sizes whose BLOCK_SIZE it was applied to."""
+    from pipelines.perf import rules
+
+    passes = ("forward", "backward")
+    groups = rules.sizes_by_block({s["key"]: s["hidden"] for s in sizes})
+    results: dict[tuple, dict[str, dict[str, float]]] = {}
+    log = []
+
+    def run(table: dict[str, dict[int, tuple]]) -> None:
+        kernel_module._PERF_LAUNCH = {
+            p: {b: c for b, c in table.get(p, {}).items() if c != rules.DEFAULT} for p in passes
+        }
+        for size in sizes:
+            block = rules.block_size(size["hidden"])
+            configs = {p: table.get(p, {}).get(block, rules.DEFAULT) for p in passes}
+            if table and all(c == rules.DEFAULT for c in configs.values()):
+                continue  # nothing of this run applies at this size: the default's times stand
+            try:
+                times = bench.time("liger", size["rows"], size["hidden"], passes)
+            except Exception as exc:  # a config that does not compile or launch is left out, and said
+                log.append({"table": str(table), "size": size["key"], "error": repr(exc)[:300]})
+                continue
+            for p in passes:
+                results.setdefault(configs[p], {q: {} for q in passes})[p][size["key"]] = times[p]
+        log.append({"table": {p: {str(b): list(c) for b, c in t.items()} for p, t in table.items()}})
+
+    run({})
+    for warps in spec["warps"]:
+        blocks = {b: (warps, None) for b in groups if warps in rules.warp_candidates(b, spec["warps"])}
+        if blocks:
+            run({p: blocks for p in passes})
+    min_gain = spec.get("min_gain", 0.01)
+    first = {p: rules.choose_launch(results, p, groups, min_gain) for p in passes}
+    for stages in spec["stages"]:
+        run({p: {b: (first[p].get(b, rules.DEFAULT)[0], stages) for b in groups} for p in passes})
+    table = {p: rules.choose_launch(results, p, groups, min_gain) for p in passes}
+    kernel_module._PERF_LAUNCH = {p: {} for p in passes}
+    measured = [{"config": list(c), "times": t} for c, t in results.items()]
+    return {
+        "table": {p: {str(b): list(c) for b, c in t.items()} for p, t in table.items()},
+        "log": log,
+        "measured": measured,
+    }
+
+
+def copy_bandwidth() -> float:
+    if interpreting():
+        import torch
+
+        src = torch.empty(2**24, dtype=torch.bfloat16).normal_()
+        dst = torch.empty_like(src)
+        ms = wall_ms(lambda: dst.copy_(src), "forward", src)
+        return 2 * src.numel() * src.element_size() / (ms * 1e-3) / 1e9
+    from pipelines.kernel.bench import copy_bandwidth as measure_copy
+
+    return measure_copy()
+
+
+def device() -> dict:
+    import torch
+    import triton
+
+    if interpreting():
+        return {
+            "name": "CPU under TRITON_INTERPRET=1 (a dry run: no speed claims)",
+            "sms": 1,
+            "torch": torch.__version__,
+        }
+    props = torch.cuda.get_device_properties(0)
+    return {
+        "name": props.name,
+        "sm": f"{props.major}.{props.minor}",
+        "sms": props.multi_processor_count,
+        "memory_gb": round(props.total_memory / 2**30),
+        "torch": torch.__version__,
+        "triton": triton.__version__,
+    }
+
+
+def measure(spec: dict) -> dict:
+    repo = Path(spec["repo"])
+    _paths(repo)
+    if interpreting():
+        from pipelines.perf import interpret
+
+        interpret.install()
+    out: dict = {"device": device()}
+    if spec.get("tests"):
+        out["tests"] = run_tests(repo, spec["tests"])
+        if not out["tests"]["ok"]:
+            return out
+    bench = Bench(repo, spec)
+    kernel_module = importlib.import_module(f"liger_kernel.ops.{spec['kernel']}")
+    from_tests = compiled_keys(kernel_module)
+    sizes = spec["sizes"]
+    if spec.get("sweep"):
+        out["sweep"] = sweep(bench, kernel_module, spec["sweep"], sizes)
+        return out
+    times: dict[str, dict[str, dict[str, float]]] = {}
+    for provider in spec["providers"]:
+        times[provider] = {mode: {} for mode in spec["passes"]}
+        for size in sizes:
+            for mode, ms in bench.time(provider, size["rows"], size["hidden"], spec["passes"]).items():
+                times[provider][mode][size["key"]] = ms
+    out["times"] = times
+    if spec.get("facts"):
+        out["facts"] = compiled_facts(kernel_module, exclude=from_tests)
+    if spec.get("bytes"):
+        out["bytes"] = {s["key"]: touched_bytes(bench, kernel_module, s["rows"], s["hidden"]) for s in sizes}
+    if spec.get("ceilings"):
+        out["copy_gbps"] = copy_bandwidth()
+    return out
+
+
+def ncu_target(spec: dict) -> None:
+    """What Nsight Compute profiles: the liger layer's pass at one size, a few times, untimed."""
+    import torch
+
+    _paths(Path(spec["repo"]))
+    bench = Bench(Path(spec["repo"]), spec)
+    size = spec["sizes"][0]
+    x, forward = bench.build("liger", size["rows"], size["hidden"])
+    for _ in range(3):
+        y = forward()
+        y.backward(torch.randn_like(y))
+        x.grad = None
+    torch.cuda.synchronize()
+
+
+def main(argv: list[str] | None = None) -> None:
+    argv = sys.argv[1:] if argv is None else argv
+    spec = json.loads(Path(argv[0]).read_text())
+    if spec.get("ncu_only"):
+        ncu_target(spec)
+        return
+    out_path = Path(argv[1])
+    try:
+        result = measure(spec)
+    except Exception:
+        result = {"error": traceback.format_exc()[-4000:]}
+    out_path.write_text(json.dumps(result, indent=1))
+
+
+if __name__ == "__main__":
+    main()

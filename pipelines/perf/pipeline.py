@@ -1,0 +1,513 @@
+"""`liger-bot perf KERNEL`: profile -> optimise (launch sweep, then catalogue variants) -> finalise, on a GPU.
+
+The workspace (`--out`, default out/perf/KERNEL) holds what LinkedIn's skill keeps in optimization/KERNEL/: the
+original, each vN.py with its vN_notes.md (hypothesis written before it runs, results after), every child's
+JSON, the profile, the comparison and the PR body. The target checkout only ever holds the original kernel
+between children (restored in a `finally`), and on success one commit on liger-bot/perf-KERNEL that changes
+the kernel file alone.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import os
+import re
+import shutil
+import sys
+import time
+from dataclasses import dataclass
+from dataclasses import field
+from pathlib import Path
+
+from pipelines.changeset import ruff_argv
+from pipelines.commands import run_command
+from pipelines.outcome import GateResult
+from pipelines.outcome import GateStatus
+from pipelines.outcome import PipelineError
+from pipelines.outcome import hard_failure
+from pipelines.perf import catalogue
+from pipelines.perf import report
+from pipelines.perf import rules as rules_mod
+from pipelines.perf.profile import PerfProfile
+from pipelines.perf.profile import Size
+from pipelines.perf.profile import applicability
+from pipelines.perf.profile import benchmark_sizes
+from pipelines.perf.source import read_kernel
+from pipelines.target import Checkout
+from pipelines.target import open_checkout
+
+PASSES = ("forward", "backward", "full")
+DEFAULT_TARGET_SIZES = ("4096x16384",)
+LIGER_BOT_ROOT = Path(__file__).resolve().parents[2]
+CHILD_TIMEOUT_S = 600
+
+
+@dataclass
+class Options:
+    target_pass: str = "backward"
+    target_speedup: float = 1.0
+    sizes: tuple[str, ...] = DEFAULT_TARGET_SIZES
+    max_variants: int = 8
+    tests_k: str | None = None  # per-variant test selection; the final gate runs the whole file
+    final_tests_k: str | None = None
+    ncu: bool = True
+    script: bool = True  # run the benchmark script itself once for the profile (its CSV)
+    benchmark_sizes: bool = True  # the benchmark script's sizes beside the target sizes
+    interpret: bool = False  # the CPU dry run: TRITON_INTERPRET=1, wall-clock times, never a speed claim
+    budget_s: float | None = None  # no new variant starts after this many seconds of the run (a device call's limit)
+
+    def __post_init__(self):
+        if self.target_pass not in PASSES:
+            raise PipelineError(f"--pass {self.target_pass!r}: one of {', '.join(PASSES)}")
+        if not self.target_speedup > 0:
+            raise PipelineError("--target-speedup must be a positive number (1.0: as fast as torch.compile)")
+        if not 1 <= self.max_variants <= 8:
+            raise PipelineError("--max-variants is 1 to 8 (the skill's budget)")
+
+
+@dataclass
+class VariantRecord:
+    name: str
+    title: str
+    based_on: str
+    verdict: rules_mod.Verdict | None = None
+    times: dict | None = None
+    tests: dict = field(default_factory=dict)
+    skipped: str = ""  # not applicable: why (costs no variant)
+    facts: list = field(default_factory=list)  # the variant's compiled kernels: registers, spills, shared memory
+
+    def to_json(self) -> dict:
+        verdict = self.verdict
+        return {
+            "name": self.name,
+            "title": self.title,
+            "based_on": self.based_on,
+            "status": verdict.status if verdict else ("SKIPPED" if self.skipped else ""),
+            "gain": verdict.gain if verdict else None,
+            "reasons": list(verdict.reasons) if verdict else [self.skipped] if self.skipped else [],
+            "tests": self.tests,
+            "times": self.times,
+        }
+
+
+@dataclass
+class PerfRun:
+    profile: PerfProfile
+    variants: list[VariantRecord]
+    best: str
+    stop: str
+    branch: str
+    gates: list[GateResult]
+    pr_body: str
+    out_dir: Path
+    seconds: float
+
+    @property
+    def failed(self) -> bool:
+        return hard_failure(self.gates)
+
+    def to_json(self) -> dict:
+        return {
+            "profile": self.profile.to_json(),
+            "variants": [v.to_json() for v in self.variants],
+            "best": self.best,
+            "stop": self.stop,
+            "branch": self.branch,
+            "files": [str(self.profile.source.files.ops)] if self.branch else [],
+            "gates": [g.to_json() for g in self.gates],
+            "failed": self.failed,
+            "seconds": round(self.seconds, 1),
+        }
+
+
+# --- understand (any host) -------------------------------------------------------------------------------------
+
+
+def understand(kernel: str, repo: str | Path, options: Options | None = None, require_clean: bool = True):
+    options = options or Options()
+    checkout = open_checkout(repo, require_clean=require_clean)
+    source = read_kernel(checkout, kernel)
+    targets = [Size.parse(s) for s in options.sizes]
+    sizes = benchmark_sizes(source) if options.benchmark_sizes else []
+    sizes += [t for t in targets if t.key not in {s.key for s in sizes}]
+    profile = PerfProfile(source, sizes, targets, options.target_pass, applicability(source.text))
+    return checkout, profile
+
+
+def gpu_refusal() -> str | None:
+    """Why this host cannot run perf (None: it can)."""
+    try:
+        import torch
+    except ImportError:
+        return "torch is not installed"
+    if not torch.cuda.is_available():
+        return f"no CUDA device visible to torch {torch.__version__} on this host; perf times kernels on a GPU"
+    return None
+
+
+# --- children -----------------------------------------------------------------------------------------------------
+
+
+def _target_version(checkout: Checkout) -> str:
+    found = re.search(r'(?m)^version\s*=\s*"([^"]+)"', checkout.path("pyproject.toml").read_text())
+    return found.group(1) if found else "0.0.0"
+
+
+def _metadata_dir(checkout: Checkout, out_dir: Path) -> Path:
+    """A dist-info for `liger-kernel`, so the benchmark framework's `version("liger-kernel")` works on a checkout
+    that is on the path rather than pip-installed."""
+    version = _target_version(checkout)
+    root = out_dir / ".meta"
+    info = root / f"liger_kernel-{version}.dist-info"
+    info.mkdir(parents=True, exist_ok=True)
+    (info / "METADATA").write_text(f"Metadata-Version: 2.1\nName: liger-kernel\nVersion: {version}\n")
+    return root
+
+
+INTERPRET_ENV = {"TRITON_INTERPRET": "1", "CUDA_VISIBLE_DEVICES": ""}
+
+
+def _child_env(checkout: Checkout, out_dir: Path) -> dict[str, str]:
+    parts = [str(LIGER_BOT_ROOT), str(checkout.src.parent), str(checkout.root), str(_metadata_dir(checkout, out_dir))]
+    # no __pycache__ in the checkout: the final gate checks that the kernel file is all that changed
+    env = {"PYTHONPATH": os.pathsep.join([*parts, os.environ.get("PYTHONPATH", "")]), "PYTHONDONTWRITEBYTECODE": "1"}
+    return env | (INTERPRET_ENV if (out_dir / ".interpret").exists() else {})
+
+
+def run_child(checkout: Checkout, out_dir: Path, name: str, spec: dict) -> dict:
+    spec_path, result_path = out_dir / "benchmarks" / f"{name}.spec.json", out_dir / "benchmarks" / f"{name}.json"
+    spec_path.parent.mkdir(parents=True, exist_ok=True)
+    spec_path.write_text(json.dumps(spec, indent=1))
+    result_path.unlink(missing_ok=True)
+    argv = [sys.executable, "-m", "pipelines.perf.measure", str(spec_path), str(result_path)]
+    proc = run_command(argv, cwd=checkout.root, env=_child_env(checkout, out_dir), timeout=CHILD_TIMEOUT_S)
+    (out_dir / "benchmarks" / f"{name}.log").write_text(proc.output)
+    if not result_path.is_file():
+        return {"error": f"the child exited {proc.returncode} without a result:\n{proc.tail(30)}"}
+    return json.loads(result_path.read_text())
+
+
+def base_spec(checkout: Checkout, profile: PerfProfile) -> dict:
+    sweep = profile.source.sweep
+    return {
+        "repo": str(checkout.root),
+        "kernel": profile.source.name,
+        "script": str(profile.source.files.benchmark),
+        "setup_fn": sweep.setup_fn,
+        "liger_provider": sweep.liger_provider,
+        "reference_provider": sweep.reference_provider,
+        "config": sweep.config(int(sweep.model_config.get("hidden_size", 4096))),
+        "sizes": [s.to_json() for s in profile.sizes],
+        "passes": list(PASSES),
+        "providers": ["liger"],
+    }
+
+
+@contextlib.contextmanager
+def installed(checkout: Checkout, relative: Path, text: str):
+    """The variant in the target's source for one child; the original back afterwards, whatever happens."""
+    path = checkout.path(relative)
+    original = path.read_text()
+    path.write_text(text)
+    try:
+        yield path
+    finally:
+        path.write_text(original)
+
+
+def target_style(checkout: Checkout, relative: Path, text: str) -> str:
+    """The variant formatted with the target's own ruff settings (what is tested is what gets committed)."""
+    with installed(checkout, relative, text) as path:
+        run_command(ruff_argv("check", "--fix", "--quiet", str(relative)), cwd=checkout.root, timeout=120)
+        run_command(ruff_argv("format", "--quiet", str(relative)), cwd=checkout.root, timeout=120)
+        return path.read_text()
+
+
+# --- profile (GPU) --------------------------------------------------------------------------------------------------
+
+
+def run_script(checkout: Checkout, profile: PerfProfile, out_dir: Path) -> str:
+    """The kernel's benchmark script itself, once, into its own CSV (moved out of the checkout)."""
+    scripts = checkout.path("benchmark/scripts")
+    argv = [sys.executable, Path(profile.source.files.benchmark).name, "--overwrite"]
+    env = {**_child_env(checkout, out_dir), "LIGER_BENCH_TARGET": "liger_bot_perf"}
+    proc = run_command(argv, cwd=scripts, env=env, timeout=CHILD_TIMEOUT_S)
+    (out_dir / "benchmarks" / "script.log").write_text(proc.output)
+    produced = checkout.path("benchmark/data/all_benchmark_data_liger_bot_perf.csv")
+    if not produced.is_file():
+        return f"(the benchmark script exited {proc.returncode} without its CSV; see benchmarks/script.log)"
+    target = out_dir / "benchmarks" / "v0_script.csv"
+    shutil.move(produced, target)
+    return target.read_text()
+
+
+NCU_METRICS = (
+    "Duration",
+    "DRAM Throughput",
+    "Memory Throughput",
+    "Compute (SM) Throughput",
+    "Registers Per Thread",
+    "Achieved Occupancy",
+    "Theoretical Occupancy",
+    "Waves Per SM",
+)
+
+
+def run_ncu(checkout: Checkout, profile: PerfProfile, out_dir: Path) -> dict:
+    ncu = shutil.which("ncu")
+    if not ncu:
+        return {"error": "ncu is not on this host's PATH"}
+    spec = {**base_spec(checkout, profile), "ncu_only": True, "sizes": [profile.target_sizes[0].to_json()]}
+    spec_path = out_dir / "benchmarks" / "ncu.spec.json"
+    spec_path.write_text(json.dumps(spec))
+    kernels = "|".join(j.name for j in profile.source.jit_functions)
+    argv = [ncu, "--csv", "--page", "details", "--section", "SpeedOfLight", "--section", "Occupancy"]
+    argv += ["--section", "LaunchStats", "-k", f"regex:{kernels}", "--launch-skip", "2", "--launch-count", "2"]
+    argv += [sys.executable, "-m", "pipelines.perf.measure", str(spec_path)]
+    proc = run_command(argv, cwd=checkout.root, env=_child_env(checkout, out_dir), timeout=120)
+    (out_dir / "benchmarks" / "ncu.csv").write_text(proc.output)
+    parsed = report.parse_ncu(proc.output, NCU_METRICS)
+    if not parsed:
+        return {"error": f"ncu exited {proc.returncode}: {proc.tail(3)}"}
+    return {"size": profile.target_sizes[0].key, "kernels": parsed}
+
+
+def measure_baseline(checkout: Checkout, profile: PerfProfile, options: Options, out_dir: Path, progress) -> None:
+    spec = {**base_spec(checkout, profile), "providers": ["liger", "eager", "compile"], "facts": True, "bytes": True}
+    spec["ceilings"] = True
+    result = run_child(checkout, out_dir, "v0", spec)
+    if "error" in result:
+        raise PipelineError(f"the baseline measurement failed:\n{result['error'][-1500:]}")
+    profile.measured = result
+    progress(f"v0 measured on {result['device']['name']} (copy {result['copy_gbps']:.0f} GB/s)")
+    if options.script:
+        profile.script_csv = run_script(checkout, profile, out_dir)
+        progress("benchmark script ran: benchmarks/v0_script.csv")
+    if options.ncu:
+        profile.ncu = run_ncu(checkout, profile, out_dir)
+        progress(f"ncu: {profile.ncu.get('error') or ', '.join(profile.ncu['kernels'])}")
+
+
+# --- optimise -----------------------------------------------------------------------------------------------------
+
+
+@dataclass
+class Loop:
+    checkout: Checkout
+    profile: PerfProfile
+    options: Options
+    out_dir: Path
+    progress: object
+    rules: rules_mod.Rules
+    original: str
+    texts: dict[str, str] = field(default_factory=dict)
+    times: dict[str, dict] = field(default_factory=dict)
+    records: list[VariantRecord] = field(default_factory=list)
+    state: rules_mod.LoopState = field(default_factory=rules_mod.LoopState)
+    deadline: float | None = None  # time.monotonic() after which no variant starts
+
+    @property
+    def ops(self) -> Path:
+        return self.profile.source.files.ops
+
+    @property
+    def gpu(self) -> str:
+        return self.profile.measured.get("device", {}).get("name", "the GPU")
+
+    def stopped(self) -> str | None:
+        reason = rules_mod.stop_reason(self.rules, self.state)
+        if reason is None and self.deadline is not None and time.monotonic() > self.deadline:
+            return f"time budget of {self.options.budget_s:g} s spent"
+        return reason
+
+    def try_variant(self, title: str, text: str, hypothesis: str, changes: str, expected: str) -> VariantRecord:
+        name = f"v{self.state.variants + 1}"
+        based_on = self.state.best
+        text = target_style(self.checkout, self.ops, text)
+        (self.out_dir / f"{self.profile.source.name}_{name}.py").write_text(text)
+        notes = self.out_dir / f"{self.profile.source.name}_{name}_notes.md"
+        notes.write_text(
+            report.notes_before(name, title, based_on, hypothesis, changes, expected, self.profile, self.out_dir)
+        )
+        spec = {**base_spec(self.checkout, self.profile), "tests": self.test_spec(self.options.tests_k), "facts": True}
+        with installed(self.checkout, self.ops, text):
+            result = run_child(self.checkout, self.out_dir, name, spec)
+        tests = result.get("tests") or {"ok": "error" not in result, "summary": result.get("error", "")[-300:]}
+        times = result.get("times", {}).get("liger")
+        if "error" in result:
+            tests = {"ok": False, "summary": result["error"][-300:]}
+        verdict = rules_mod.judge(
+            self.rules, self.times["v0"], self.times[based_on], times, bool(tests.get("ok")), tests.get("summary", "")
+        )
+        met = times is not None and rules_mod.target_met(self.rules, times, self.compiled)
+        self.state = rules_mod.advance(self.rules, self.state, name, verdict, met)
+        record = VariantRecord(name, title, based_on, verdict, times, tests, facts=result.get("facts") or [])
+        self.records.append(record)
+        if times is not None:
+            self.times[name] = times
+        self.texts[name] = text
+        with notes.open("a") as handle:
+            handle.write(report.notes_after(record, self.times["v0"], self.rules, self.compiled))
+        shown = f"{verdict.gain:+.1%}" if times else "-"
+        self.progress(f"{name} {title}: {verdict.status} ({shown}) {'; '.join(verdict.reasons)[:200]}")
+        return record
+
+    def test_spec(self, k: str | None) -> dict:
+        return {"file": str(self.profile.source.files.test), "k": k}
+
+    @property
+    def compiled(self) -> dict:
+        return self.profile.measured["times"]["compile"]
+
+    def sweep(self, title: str) -> None:
+        """A launch sweep on the best so far: measure candidate tables, then try the chosen table as a variant."""
+        base = self.texts[self.state.best]
+        try:
+            probe = catalogue.launch_table(base, {"table": {}, "gpu": self.gpu})
+        except catalogue.NotApplicable as exc:  # e.g. a generated kernel launching through its own _launch helper
+            self.records.append(VariantRecord("-", title, self.state.best, skipped=str(exc)))
+            return
+        spec = {**base_spec(self.checkout, self.profile), "passes": ["forward", "backward"]}
+        spec["sweep"] = {"warps": [4, 8, 16, 32], "stages": [1, 2, 3, 4], "min_gain": self.rules.min_gain}
+        with installed(self.checkout, self.ops, probe):
+            result = run_child(self.checkout, self.out_dir, f"sweep{self.state.variants + 1}", spec)
+        if "error" in result:
+            self.progress(f"launch sweep failed: {result['error'][-300:]}")
+            table = {}
+        else:
+            table = {p: {int(b): tuple(c) for b, c in t.items()} for p, t in result["sweep"]["table"].items()}
+        text = catalogue.launch_table(base, {"table": table, "gpu": self.gpu})
+        chosen = report.table_text(table) or "the kernel's own settings everywhere (no candidate beat them by 1%)"
+        self.try_variant(
+            title,
+            text,
+            "Variant 1 of the skill: Liger's calculate_settings picks num_warps from BLOCK_SIZE alone and num_stages is "
+            "fixed; the best launch per pass depends on the GPU and on what the kernel keeps live per thread.",
+            f"`_perf_launch(pass, BLOCK_SIZE, ...)` at every launch reads `_PERF_LAUNCH`; chosen by the sweep "
+            f"(num_warps 4/8/16/32, then num_stages 1-4; least total time per BLOCK_SIZE): {chosen}",
+            "0-30% on the target pass where the default warps leave registers spilling or SMs idle",
+        )
+
+    def structural(self) -> None:
+        for entry in catalogue.CATALOGUE:
+            if self.stopped():
+                return
+            base = self.texts[self.state.best]
+            try:
+                text = entry.rewrite(base, dict(entry.params))
+            except catalogue.NotApplicable as exc:
+                self.records.append(VariantRecord("-", entry.title, self.state.best, skipped=str(exc)))
+                continue
+            changes = f"`{entry.key}` {entry.params or ''} on {self.state.best}: {entry.rewrite.__doc__ or ''}".strip()
+            self.try_variant(entry.title, text, entry.hypothesis, " ".join(changes.split()), entry.expected)
+
+
+def optimise(loop: Loop) -> str:
+    if loop.stopped():
+        return loop.stopped()
+    loop.sweep("Launch sweep")
+    loop.structural()
+    if not loop.stopped() and loop.state.best not in ("v0", "v1"):
+        loop.sweep("Launch sweep again, on the new structure")
+    return loop.stopped() or "catalogue exhausted"
+
+
+# --- finalise -----------------------------------------------------------------------------------------------------
+
+
+def finalise(loop: Loop, branch: str) -> list[GateResult]:
+    checkout, ops = loop.checkout, loop.ops
+    git = checkout.git
+    start = git.current_branch()
+    git.checkout(branch, create_from="HEAD")
+    checkout.path(ops).write_text(loop.texts[loop.state.best])
+    gates = [
+        final_tests(loop),
+        checkstyle(checkout, ops),
+        only_kernel_code(checkout, ops),
+    ]
+    if hard_failure(gates):
+        git.run("checkout", "-q", "--", str(ops))
+        git.checkout(start)
+        git.run("branch", "-q", "-D", branch)
+        return gates
+    git.commit_all(report.commit_message(loop))
+    return gates
+
+
+def final_tests(loop: Loop) -> GateResult:
+    spec = {**base_spec(loop.checkout, loop.profile), "tests": loop.test_spec(loop.options.final_tests_k)}
+    spec["sizes"], spec["providers"] = [], []
+    result = run_child(loop.checkout, loop.out_dir, "final", spec)
+    tests = result.get("tests") or {"ok": False, "summary": result.get("error", "no result")[-500:]}
+    selection = f" (-k {loop.options.final_tests_k})" if loop.options.final_tests_k else ""
+    label = f"unit tests (GPU): {loop.profile.source.files.test}{selection}"
+    return GateResult(label, GateStatus.PASS if tests["ok"] else GateStatus.FAIL, tests["summary"])
+
+
+def checkstyle(checkout: Checkout, ops: Path) -> GateResult:
+    probe = run_command(ruff_argv("--version"), cwd=checkout.root, timeout=60)
+    if not probe.ok:  # a host without ruff cannot judge style: said, never passed or failed
+        return GateResult("checkstyle", GateStatus.SKIP, f"ruff is not runnable here: {probe.tail(2)}", hard=False)
+    lint = run_command(ruff_argv("check", "--output-format=concise", str(ops)), cwd=checkout.root, timeout=120)
+    fmt = run_command(ruff_argv("format", "--check", str(ops)), cwd=checkout.root, timeout=120)
+    if lint.ok and fmt.ok:
+        return GateResult("checkstyle", GateStatus.PASS, f"ruff check + ruff format --check: {ops}")
+    return GateResult("checkstyle", GateStatus.FAIL, (lint.tail(10) + "\n" + fmt.tail(10)).strip())
+
+
+def only_kernel_code(checkout: Checkout, ops: Path) -> GateResult:
+    changed = sorted(set(checkout.git.dirty_paths()))
+    if changed == [str(ops)]:
+        return GateResult("kernel code only", GateStatus.PASS, f"changed: {ops}")
+    return GateResult("kernel code only", GateStatus.FAIL, f"changed: {', '.join(changed) or 'nothing'}")
+
+
+# --- the whole run ------------------------------------------------------------------------------------------------
+
+
+def run(kernel: str, repo: str | Path, options: Options | None = None, out_dir=None, progress=print) -> PerfRun:
+    options = options or Options()
+    started = time.perf_counter()
+    checkout, profile = understand(kernel, repo, options)
+    refusal = None if options.interpret else gpu_refusal()
+    if refusal:
+        raise PipelineError(
+            f"perf {kernel}: {refusal}",
+            hint=f"`liger-bot perf {kernel} --repo {repo} --profile-only` prints what can be read without a GPU",
+        )
+    out_dir = Path(out_dir or Path("out") / "perf" / kernel).resolve()
+    if out_dir.is_relative_to(checkout.root):
+        raise PipelineError(f"--out {out_dir} is inside the target checkout", hint="choose a folder outside it")
+    out_dir.mkdir(parents=True, exist_ok=True)
+    marker = out_dir / ".interpret"  # what the children are started with is a fact of the workspace
+    marker.unlink(missing_ok=True)
+    if options.interpret:
+        marker.write_text("a CPU dry run under TRITON_INTERPRET=1: no figure here is a speed claim\n")
+        options.script = options.ncu = False
+    original = checkout.path(profile.source.files.ops).read_text()
+    (out_dir / f"original_{kernel}.py").write_text(original)
+    measure_baseline(checkout, profile, options, out_dir, progress)
+    (out_dir / "profile.md").write_text(profile.to_markdown())
+    targets = tuple(s.key for s in profile.target_sizes)
+    rules = rules_mod.Rules(options.target_pass, targets, options.target_speedup, options.max_variants)
+    loop = Loop(checkout, profile, options, out_dir, progress, rules, original)
+    if options.budget_s is not None:
+        loop.deadline = time.monotonic() - (time.perf_counter() - started) + options.budget_s
+    loop.texts["v0"], loop.times["v0"] = original, profile.measured["times"]["liger"]
+    stop = optimise(loop)
+    progress(f"stopped: {stop}; best {loop.state.best}")
+    (out_dir / "comparison.md").write_text(report.comparison(loop))
+    branch, gates = "", []
+    if loop.state.best != "v0":
+        branch = f"liger-bot/perf-{kernel.replace('_', '-')}"
+        gates = finalise(loop, branch)
+        if hard_failure(gates):
+            branch = ""
+    body = report.pr_body(loop, stop, gates)
+    (out_dir / "pr_body.md").write_text(body)
+    result = PerfRun(profile, loop.records, loop.state.best, stop, branch, gates, body, out_dir, 0.0)
+    result.seconds = time.perf_counter() - started
+    (out_dir / "run.json").write_text(json.dumps(result.to_json(), indent=1))
+    return result

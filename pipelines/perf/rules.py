@@ -1,0 +1,183 @@
+"""The optimisation loop's rules as plain functions of measured times (LinkedIn's liger-kernel-perf guardrails).
+
+Times are `{pass: {size: ms}}`, medians from the target's own benchmark framework. A variant is judged against
+the baseline (v0) for regressions and against the best so far for gain:
+
+- reject: any failing test; > 5% slower on the target pass at a size that is not a target size; > 10% slower on
+  another pass at any size;
+- gain: the geometric mean over the target sizes of best / variant on the target pass, minus one;
+- stop: after 8 variants, after 2 variants in a row that pass the guardrails with under 1% gain (a rejected
+  variant does not count towards these), or when the target is met: at every target size the target pass is at
+  least `target_speedup` times as fast as torch.compile of the reference.
+
+The launch sweep's choice is a rule too: per pass and BLOCK_SIZE, the config with the least total time over the
+sizes of that BLOCK_SIZE, kept only when it beats the kernel's own settings by more than the gain threshold.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Iterable
+from collections.abc import Mapping
+from dataclasses import dataclass
+from dataclasses import field
+from dataclasses import replace
+
+Times = Mapping[str, Mapping[str, float]]
+PASSES = ("forward", "backward", "full")
+
+ACCEPTED = "ACCEPTED"
+REJECTED = "REJECTED"
+NO_GAIN = "NO GAIN"
+
+
+@dataclass(frozen=True)
+class Rules:
+    target_pass: str
+    target_sizes: tuple[str, ...]
+    target_speedup: float = 1.0  # over torch.compile of the reference, on the target pass at the target sizes
+    max_variants: int = 8
+    min_gain: float = 0.01
+    patience: int = 2
+    size_regression: float = 0.05
+    pass_regression: float = 0.10
+
+    def other_passes(self, times: Times) -> list[str]:
+        return [p for p in times if p != self.target_pass]
+
+
+@dataclass(frozen=True)
+class Verdict:
+    status: str
+    gain: float = 0.0
+    reasons: tuple[str, ...] = ()
+
+    @property
+    def counts_as_low(self) -> bool:
+        return self.status != REJECTED and self.gain < 0.01
+
+
+def _pct(new: float, old: float) -> str:
+    return f"{(new / old - 1) * 100:+.1f}%"
+
+
+def regressions(rules: Rules, baseline: Times, variant: Times) -> list[str]:
+    """Why the variant breaks a guardrail against the baseline (empty: it does not)."""
+    reasons = []
+    for size, old in baseline.get(rules.target_pass, {}).items():
+        new = variant.get(rules.target_pass, {}).get(size)
+        if size not in rules.target_sizes and new is not None and new > old * (1 + rules.size_regression):
+            reasons.append(
+                f"{rules.target_pass} at {size}: {_pct(new, old)} (limit +{rules.size_regression:.0%} off target)"
+            )
+    for pass_name in rules.other_passes(baseline):
+        for size, old in baseline[pass_name].items():
+            new = variant.get(pass_name, {}).get(size)
+            if new is not None and new > old * (1 + rules.pass_regression):
+                reasons.append(f"{pass_name} at {size}: {_pct(new, old)} (limit +{rules.pass_regression:.0%})")
+    return reasons
+
+
+def gain(rules: Rules, best: Times, variant: Times) -> float:
+    """Geometric mean over the target sizes of best / variant on the target pass, minus one."""
+    ratios = [best[rules.target_pass][s] / variant[rules.target_pass][s] for s in rules.target_sizes]
+    return math.exp(sum(math.log(r) for r in ratios) / len(ratios)) - 1
+
+
+def target_met(rules: Rules, variant: Times, compiled: Times) -> bool:
+    return all(
+        compiled[rules.target_pass][s] / variant[rules.target_pass][s] >= rules.target_speedup
+        for s in rules.target_sizes
+    )
+
+
+def judge(
+    rules: Rules, baseline: Times, best: Times, variant: Times | None, tests_ok: bool, test_summary=""
+) -> Verdict:
+    if not tests_ok:
+        return Verdict(REJECTED, reasons=(f"tests failed: {test_summary}".strip(),))
+    if variant is None:
+        return Verdict(REJECTED, reasons=("no measurement",))
+    broken = regressions(rules, baseline, variant)
+    if broken:
+        return Verdict(REJECTED, gain(rules, best, variant), tuple(broken))
+    won = gain(rules, best, variant)
+    return Verdict(ACCEPTED if won > 0 else NO_GAIN, won)
+
+
+@dataclass(frozen=True)
+class LoopState:
+    """Where the loop stands after the variants so far (v0 is the starting best)."""
+
+    variants: int = 0
+    best: str = "v0"
+    low_in_a_row: int = 0
+    met: bool = False
+    history: tuple[tuple[str, str], ...] = field(default_factory=tuple)  # (variant, status)
+
+
+def advance(rules: Rules, state: LoopState, name: str, verdict: Verdict, met: bool) -> LoopState:
+    best = name if verdict.status == ACCEPTED else state.best
+    if verdict.status == REJECTED:
+        low = state.low_in_a_row
+    else:
+        low = state.low_in_a_row + 1 if verdict.gain < rules.min_gain else 0
+    return replace(
+        state,
+        variants=state.variants + 1,
+        best=best,
+        low_in_a_row=low,
+        met=state.met or (met and verdict.status == ACCEPTED),
+        history=(*state.history, (name, verdict.status)),
+    )
+
+
+def stop_reason(rules: Rules, state: LoopState) -> str | None:
+    if state.met:
+        return f"target met by {state.best}: {rules.target_pass} at least {rules.target_speedup:g}x torch.compile"
+    if state.low_in_a_row >= rules.patience:
+        return f"diminishing returns: the last {rules.patience} variants gained under {rules.min_gain:.0%}"
+    if state.variants >= rules.max_variants:
+        return f"budget of {rules.max_variants} variants spent"
+    return None
+
+
+# --- the launch sweep -----------------------------------------------------------------------------------------
+
+DEFAULT = (None, None)  # the kernel's own (num_warps, num_stages)
+
+
+def block_size(hidden: int) -> int:
+    return 1 << max(0, (hidden - 1).bit_length())
+
+
+def sizes_by_block(sizes: Mapping[str, int]) -> dict[int, list[str]]:
+    """size key -> hidden, grouped by the BLOCK_SIZE Liger's calculate_settings gives that hidden size."""
+    groups: dict[int, list[str]] = {}
+    for key, hidden in sizes.items():
+        groups.setdefault(block_size(hidden), []).append(key)
+    return groups
+
+
+def warp_candidates(block: int, warps: Iterable[int] = (4, 8, 16, 32)) -> list[int]:
+    """num_warps that leave every thread at least one element of the block."""
+    return [w for w in warps if 32 * w <= max(block, 32)]
+
+
+def choose_launch(
+    measured: Mapping[tuple, Times], pass_name: str, groups: Mapping[int, list[str]], min_gain: float = 0.01
+) -> dict[int, tuple]:
+    """BLOCK_SIZE -> the (num_warps, num_stages) with the least total time over that block's sizes, for blocks where
+    it beats the kernel's own settings (DEFAULT, which must be measured) by more than `min_gain`."""
+    chosen = {}
+    for block, keys in groups.items():
+
+        def total(config, keys=keys):
+            times = measured[config].get(pass_name, {})
+            return sum(times[k] for k in keys) if all(k in times for k in keys) else math.inf
+
+        default = total(DEFAULT)
+        best = min(measured, key=lambda c: (total(c), str(c)))
+        if total(best) < default * (1 - min_gain):
+            chosen[block] = best
+    return chosen

@@ -25,6 +25,7 @@ from pipelines.autopatch.profile import Method
 from pipelines.autopatch.profile import Profile
 from pipelines.autopatch.profile import Status
 from pipelines.autopatch.resolve import ModelRef
+from pipelines.autopatch.resolve import mappings
 from pipelines.autopatch.resolve import resolve
 from pipelines.autopatch.source import SourceFile
 from pipelines.autopatch.source import called_names
@@ -42,6 +43,8 @@ _NORM_EXTERNAL = {
     "torch.nn.LayerNorm": "layer",
     "nn.RMSNorm": "rms",
     "torch.nn.RMSNorm": "rms",
+    "LayerNorm": "layer",  # `from torch.nn import LayerNorm` (BLOOM); a class of that name in the file is read first
+    "RMSNorm": "rms",
 }
 MOE_OUTPUT_FIELDS = {"aux_loss", "router_logits"}
 MOE_LOSS_FIELD = "aux_loss"
@@ -82,7 +85,7 @@ class Facts:
 
 def norm_family(src: SourceFile, class_name: str) -> str | None:
     """ "rms" / "layer" for a norm class (by name or an nn base), None for anything that is not a norm."""
-    if class_name in _NORM_EXTERNAL:
+    if class_name in _NORM_EXTERNAL and class_name not in src.classes:
         return _NORM_EXTERNAL[class_name]
     if class_name not in src.classes:
         return None
@@ -514,9 +517,74 @@ def _softcaps(stmt: ast.stmt) -> bool:
     return "softcap" in text or dotted_name(getattr(stmt.value, "func", ast.Name(""))) in ("torch.tanh", "tanh")
 
 
+def _scalar_expr(node: ast.AST, forward: ast.FunctionDef) -> str | None:
+    """The source of a scalar the forward reads from the model (`self.logit_scale`, `self.config.logits_scaling`,
+    a number, or a local bound once to one of those), else None: only such a factor may be folded."""
+    if isinstance(node, ast.Constant) and isinstance(node.value, int | float) and not isinstance(node.value, bool):
+        return ast.unparse(node)
+    if isinstance(node, ast.Attribute) and dotted_name(node).startswith("self."):
+        return dotted_name(node)
+    if isinstance(node, ast.Name):
+        bound = [
+            s.value
+            for s in statements(forward.body)
+            if isinstance(s, ast.Assign) and any(getattr(t, "id", None) == node.id for t in s.targets)
+        ]
+        return _scalar_expr(bound[0], forward) if len(bound) == 1 else None
+    return None
+
+
+def _is_logits(node: ast.AST, logits: set[str]) -> bool:
+    return (isinstance(node, ast.Name) and node.id in logits) or _is_lm_head_output(node)
+
+
+def _is_tanh(node: ast.AST) -> bool:
+    return isinstance(node, ast.Call) and dotted_name(node.func).rsplit(".", 1)[-1] == "tanh" and len(node.args) == 1
+
+
+def logits_op(stmt: ast.stmt, logits: set[str], forward: ast.FunctionDef) -> dict | None:
+    """One statement of the forms Liger's fused linear cross entropy can reproduce exactly, as data:
+    `logits * s` / `logits / s` (lm_head is linear and bias-free, so the factor folds into the hidden states, as
+    Liger's own falcon_h1 forward does with `lm_head_multiplier`) and `tanh(logits / c) * c` (FLCE's `softcap`)."""
+    value = stmt.value
+    if isinstance(stmt, ast.AugAssign):
+        if not (isinstance(stmt.op, ast.Mult | ast.Div) and _is_logits(stmt.target, logits)):
+            return None
+        value = ast.BinOp(stmt.target, stmt.op, stmt.value)
+    if not isinstance(value, ast.BinOp) or not isinstance(value.op, ast.Mult | ast.Div):
+        return None
+    left, right = value.left, value.right
+    if isinstance(value.op, ast.Mult) and _is_tanh(left):
+        inner = left.args[0]
+        if isinstance(inner, ast.BinOp) and isinstance(inner.op, ast.Div) and _is_logits(inner.left, logits):
+            cap, outer = _scalar_expr(inner.right, forward), _scalar_expr(right, forward)
+            return {"softcap": cap} if cap and cap == outer else None
+        return None
+    if isinstance(value.op, ast.Mult) and _is_logits(right, logits) and not _is_logits(left, logits):
+        left, right = right, left
+    factor = _scalar_expr(right, forward) if _is_logits(left, logits) else None
+    if factor is None:
+        return None
+    return {"multiply" if isinstance(value.op, ast.Mult) else "divide": factor}
+
+
+def lm_head_bias_free(facts: Facts) -> bool:
+    """`self.lm_head = nn.Linear(..., bias=False)` in the CausalLM: a scale on the logits folds into the hidden
+    states only when there is no bias to scale with them."""
+    for assign in facts.src.self_assignments(facts.ref.causal_lm_class):
+        if assign.attr == "lm_head" and isinstance(getattr(assign.node, "value", None), ast.Call):
+            return any(
+                kw.arg == "bias" and isinstance(kw.value, ast.Constant) and kw.value.value is False
+                for kw in assign.node.value.keywords
+            )
+    return False
+
+
 def decide_logits_transform(facts: Facts) -> Decision:
     """Settled None when CausalLM.forward passes lm_head's output to the loss untouched (slicing, casts and
-    softcapping aside); needs review, citing each statement, when it scales or otherwise transforms the logits."""
+    config-driven softcapping aside); settled with the ops as data (`[{"multiply": "self.logit_scale"}]`,
+    `[{"softcap": "cap"}]`) when every transform is one Liger's FLCE reproduces exactly; needs review, citing each
+    statement, otherwise."""
     forward = _causal_forward(facts)
     logits: set[str] = set()
     extra: list[ast.stmt] = []
@@ -541,8 +609,15 @@ def decide_logits_transform(facts: Facts) -> Decision:
         evidence = (facts.src.evidence(forward, max_lines=40),)
         return Decision(None, Method.AST, evidence, Status.SETTLED, "lm_head's output reaches the loss unchanged")
     found = "; ".join(ast.unparse(s) for s in extra)
-    reason = f"the logits are transformed between lm_head and the loss: {found}"
     evidence = tuple(facts.src.evidence(s) for s in extra)
+    ops = [logits_op(s, logits, forward) for s in extra]
+    scales_only = all(ops) and not any("softcap" in op for op in ops) and lm_head_bias_free(facts)
+    if scales_only or (len(ops) == 1 and ops[0] and "softcap" in ops[0]):
+        reason = f"the logits are transformed between lm_head and the loss: {found}; FLCE reproduces it exactly"
+        return Decision(ops, Method.AST, evidence, Status.SETTLED, reason)
+    reason = f"the logits are transformed between lm_head and the loss: {found}"
+    if all(ops) and not lm_head_bias_free(facts):
+        reason += " (lm_head has a bias: the scale cannot be folded into the hidden states)"
     return Decision(found, Method.AST, evidence, Status.NEEDS_REVIEW, reason)
 
 
@@ -604,7 +679,17 @@ def decide_norm_semantics(facts: Facts, built: probes.TinyModel) -> dict[str, De
     return {"rms_casting_mode": casting, "rms_offset": offset_d, "_family": family}
 
 
+NO_MLP_REASON = (
+    "the decoder layer has no MLP attribute (mixer-only layers, as in Mamba; or a feed-forward written inline): "
+    "no Liger MLP module to swap in, the norms and the loss are patched (as Liger's falcon_h1 patches its mixers' "
+    "neighbours)"
+)
+
+
 def decide_mlp_kind(facts: Facts, built: probes.TinyModel) -> Decision:
+    if not facts.mlp_attr:
+        evidence = (facts.src.evidence(facts.src.classes[facts.decoder_class], max_lines=20),)
+        return Decision("none", Method.AST, evidence, Status.SETTLED, NO_MLP_REASON)
     found: list[tuple[str, probes.ProbeResult]] = []
     dense = built.dense_mlp(facts)
     if dense is not None:
@@ -644,6 +729,9 @@ def decide_mlp_kind(facts: Facts, built: probes.TinyModel) -> Decision:
 def decide_structure(facts: Facts, built: probes.TinyModel) -> Decision:
     kinds = built.layer_kinds(facts)  # per layer of the default config: "moe" | "dense"
     evidence = tuple(facts.evidence.get("structure", ()))
+    if not facts.mlp_attr:
+        evidence = (facts.src.evidence(facts.src.classes[facts.decoder_class], max_lines=20),)
+        return Decision("dense", Method.AST, evidence, Status.SETTLED, f"no experts to route; {NO_MLP_REASON}")
     if not kinds:
         return Decision(None, Method.PROBE, evidence, Status.NEEDS_REVIEW, "no MLP attribute on the decoder layer")
     counts = {k: kinds.count(k) for k in sorted(set(kinds))}
@@ -737,6 +825,35 @@ def identity(facts: Facts, built: probes.TinyModel) -> Identity:
     )
 
 
+def _where(error: Exception) -> str:
+    """The innermost transformers frame of an exception (`transformers/models/x/modeling_x.py:560`)."""
+    import traceback
+
+    frames = [f for f in traceback.extract_tb(error.__traceback__) if "/transformers/" in f.filename]
+    if not frames:
+        return ""
+    path = frames[-1].filename
+    return f" at {path[path.rindex('/transformers/') + 1 :]}:{frames[-1].lineno}"
+
+
+def build_tiny(ref: ModelRef, module, config_class, facts: Facts) -> probes.TinyModel:
+    """The probes' tiny model, or a refusal that says why none can be built (a crash here would be our bug)."""
+    try:
+        return probes.TinyModel.build(module, config_class, facts)
+    except probes.UnbuildableModel as exc:
+        what = f"{type(exc.error).__name__}: {' '.join(str(exc.error).split())[:240]}{_where(exc.error)}"
+        multimodal = ref.model_type in mappings().multimodal
+        if not exc.default_builds:
+            why = f"transformers' own default {config_class.__name__}() cannot build {facts.base_class} either"
+        else:
+            why = f"{facts.base_class} cannot be built and run at any CPU-sized config (its default config builds)"
+        raise PipelineError(
+            f"{ref.model_type}: the probes' tiny model fails ({what}); {why}"
+            + ("; it is an image-text model whose text part has no model_type of its own" if multimodal else ""),
+            hint="nothing can be proven about this model on the CPU; patch it by hand or fix the modeling code",
+        ) from None
+
+
 def understand(name: str) -> Profile:
     ref = resolve(name)
     facts = read_facts(ref)
@@ -745,7 +862,7 @@ def understand(name: str) -> Profile:
     package = f"transformers.models.{ref.module_name}"
     module = importlib.import_module(f"{package}.{facts.src.path.stem}")
     config_module = importlib.import_module(f"{package}.{config_path.stem}") if config_path else module
-    built = probes.TinyModel.build(module, getattr(config_module, ref.config_class), facts)
+    built = build_tiny(ref, module, getattr(config_module, ref.config_class), facts)
 
     norm = decide_norm_semantics(facts, built)
     norm_type = decide_norm_type(facts)

@@ -385,6 +385,17 @@ def _plan_norm(profile: Profile, notes: list[str]) -> Norm | None:
                 )
             )
             return None
+        missing = layer_norm_lacks(profile)
+        if missing:
+            notes.append(
+                left_out(
+                    "LayerNorm (LigerLayerNorm)",
+                    f"{ident.norm_class} defines no {' and no '.join(missing)}: LigerLayerNorm's forward reads "
+                    "self.bias and its repr self.eps, and a bias-free LayerNorm has no bias to hand it",
+                    "a bias-free variant of LigerLayerNorm (bias=None in ops/layer_norm.py), written by hand",
+                )
+            )
+            return None
         return norm("layer_norm", "LigerLayerNorm")
     unsettled = _settled(profile, "rms_casting_mode", "rms_offset", "rms_in_place")
     if unsettled:
@@ -406,6 +417,23 @@ def _plan_norm(profile: Profile, notes: list[str]) -> Norm | None:
     options = f'offset={float(offset)!r}, casting_mode="{mode}", in_place={bool(in_place)}'
     init = ', init_fn="zeros"' if float(offset) else ""
     return norm("rms_norm", f"partial(LigerRMSNorm, {options}{init})", f"partial(_patch_rms_norm_module, {options})")
+
+
+def layer_norm_lacks(profile: Profile) -> list[str]:
+    """`bias` / `eps` a LayerNorm class defined in the modeling file never sets (Cohere's is bias-free and keeps
+    only `variance_epsilon`); nn.LayerNorm and its subclasses have both."""
+    from pipelines.autopatch.source import load
+    from pipelines.autopatch.source import site_packages
+
+    ident = profile.identity
+    try:
+        src = load(site_packages() / ident.modeling_file)
+    except OSError:
+        return []
+    if ident.norm_class not in src.classes or any("LayerNorm" in b for b in src.external_bases(ident.norm_class)):
+        return []
+    assigned = {a.attr for name in src.lineage(ident.norm_class) for a in src.self_assignments(name)}
+    return [attr for attr in ("bias", "eps") if attr not in assigned]
 
 
 def _getsource_checks(target: str, liger: str) -> tuple[str, str]:

@@ -172,6 +172,13 @@ def modeling_path(module_name: str, class_name: str) -> Path:
     for path in candidates:
         if path.is_file() and needle in path.read_text():
             return path
+    if folder.is_dir() and not any(folder.glob("modeling_*.py")):
+        # exaone, internlm3: a config of its own, the causal LM class of another model (LlamaForCausalLM)
+        raise PipelineError(
+            f"{module_name} has no modeling file of its own: transformers runs it with {class_name}, another "
+            f"model's class, so that model's Liger patch (if any) is what applies to it",
+            hint=f"patch the model whose modeling file defines {class_name}",
+        )
     raise PipelineError(f"no modeling file under {folder} defines {class_name}", hint="is transformers installed?")
 
 

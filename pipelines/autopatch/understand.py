@@ -157,7 +157,12 @@ def _read_base(facts: Facts) -> None:
                 facts.base_attr, facts.base_class = assign.attr, local[0]
                 facts.cite("identity", assign.node)
                 return
-    raise PipelineError(f"{causal} in {src.relative} builds no base model with decoder layers", hint="not a decoder?")
+    raise PipelineError(
+        f"{causal} in {src.relative} builds no base model whose own attribute `layers`, `h` or `blocks` holds the "
+        "decoder layers (they sit a level deeper, as OPT's model.decoder.layers, or the model is no decoder stack); "
+        "the generated forward and instance patch read base_model.<layers>",
+        hint="not a decoder-only stack autopatch can lay out",
+    )
 
 
 def _read_decoder(facts: Facts) -> None:
@@ -172,7 +177,12 @@ def _read_decoder(facts: Facts) -> None:
             facts.cite("identity", assign.node)
             break
     if not facts.decoder_class:
-        raise PipelineError(f"{facts.base_class} has no decoder layer list in {src.relative}")
+        raise PipelineError(
+            f"{facts.base_class} has no decoder layer list of one class defined at the top of {src.relative}: its "
+            "layers are picked from a table per layer type or defined under an `if`, so no single decoder layer "
+            "class carries the norms and MLP the patch would swap",
+            hint="a hybrid of several layer classes needs a hand-written patch",
+        )
     for assign in src.self_assignments(facts.decoder_class):
         local = _local(src, assign.classes)
         if facts.attn_attr is None and any("Attention" in c for c in local):
@@ -657,7 +667,10 @@ def decide_norm_semantics(facts: Facts, built: probes.TinyModel) -> dict[str, De
         return {"rms_casting_mode": none, "rms_offset": none}
     results = {}
     for cls_name, module in norms.items():
-        results[cls_name] = probes.probe_norm(module, built.hidden_size_of(module))
+        try:
+            results[cls_name] = probes.probe_norm(module, built.hidden_size_of(module))
+        except Exception as exc:  # LongCat's norm attribute is a ModuleList: no single norm to run
+            results[cls_name] = probes.ProbeResult(None, [], {}, f"the probe cannot run {cls_name}: {_brief(exc)}")
     first_cls = next(iter(norms))
     first = results[first_cls]
     node = facts.src.method(first_cls, "forward") or facts.src.classes.get(first_cls)
@@ -679,6 +692,18 @@ def decide_norm_semantics(facts: Facts, built: probes.TinyModel) -> dict[str, De
     return {"rms_casting_mode": casting, "rms_offset": offset_d, "_family": family}
 
 
+def _brief(exc: Exception) -> str:
+    return f"{type(exc).__name__}: {' '.join(str(exc).split())[:160]}"
+
+
+def _probe_or_why(probe, module, *args) -> probes.ProbeResult:
+    """The probe's result, or an unsettled one saying why it could not run (JetMoE's experts refuse a call)."""
+    try:
+        return probe(module, *args)
+    except Exception as exc:
+        return probes.ProbeResult(None, [], {}, f"the probe cannot run {type(module).__name__}: {_brief(exc)}")
+
+
 NO_MLP_REASON = (
     "the decoder layer has no MLP attribute (mixer-only layers, as in Mamba; or a feed-forward written inline): "
     "no Liger MLP module to swap in, the norms and the loss are patched (as Liger's falcon_h1 patches its mixers' "
@@ -693,11 +718,11 @@ def decide_mlp_kind(facts: Facts, built: probes.TinyModel) -> Decision:
     found: list[tuple[str, probes.ProbeResult]] = []
     dense = built.dense_mlp(facts)
     if dense is not None:
-        found.append((type(dense).__name__, probes.probe_mlp(dense, built.config.hidden_size)))
+        found.append((type(dense).__name__, _probe_or_why(probes.probe_mlp, dense, built.config.hidden_size)))
     experts = built.experts(facts)
     if experts is not None:
-        result = probes.probe_experts(experts, built.config.hidden_size, built.num_experts, built.top_k)
-        found.append((type(experts).__name__, result))
+        args = (built.config.hidden_size, built.num_experts, built.top_k)
+        found.append((type(experts).__name__, _probe_or_why(probes.probe_experts, experts, *args)))
     if not found:
         return Decision(None, Method.PROBE, (), Status.NEEDS_REVIEW, "no MLP or experts module found to probe")
     evidence = []

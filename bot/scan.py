@@ -178,7 +178,9 @@ def render_dashboard(
         lines += [f"### {headings[verdict]}", ""]
         for row in (r for r in rows if r.verdict is verdict):
             note = started.get(row.model_type)
-            line = f"- [{'x' if note else ' '}] `{row.model_type}` {row.causal_lm_class}" + (f" ({note})" if note else "")
+            line = f"- [{'x' if note else ' '}] `{row.model_type}` {row.causal_lm_class}" + (
+                f" ({note})" if note else ""
+            )
             lines.append(line + (f": {_escape(row.reason, 600)}" if verdict is Verdict.PARTIAL else ""))
         lines.append("")
     for verdict, heading in ((Verdict.NEEDS_REVIEW, "Needs review"), (Verdict.REFUSED, "Refused")):

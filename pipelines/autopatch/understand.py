@@ -60,8 +60,10 @@ class Facts:
     base_class: str = ""
     layers_attr: str = "layers"
     decoder_class: str = ""
+    decoder_alternatives: tuple[str, ...] = ()  # other classes a layer may be (hybrid stacks), patched if present
     attn_attr: str | None = None
     attn_class: str | None = None
+    attn_alternatives: tuple[str, ...] = ()  # other classes the same attribute may hold (hybrid linear attention)
     mlp_attr: str | None = None
     mlp_classes: tuple[str, ...] = ()
     moe_classes: tuple[str, ...] = ()
@@ -131,6 +133,8 @@ def _norm_assignments(src: SourceFile, class_name: str | None) -> dict[str, tupl
     for assign in src.self_assignments(class_name) if class_name else []:
         if built_without_weight(assign.node):
             continue
+        if any(norm_family(src, cls) and not has_weight(src, cls) for cls in assign.classes):
+            continue  # AXK2: `GatedRMSNorm(config) if ... else RMSNorm(...)`: the instance may have no weight
         for cls in assign.classes:
             if norm_family(src, cls) and has_weight(src, cls) and assign.attr not in found:
                 found[assign.attr] = (cls, assign.node)
@@ -169,11 +173,15 @@ def _read_decoder(facts: Facts) -> None:
     src = facts.src
     init = src.method(facts.base_class, "__init__")
     built = [n for n in _local(src, called_names(init)) if "Layer" in n or "Block" in n] if init else []
+    built = built or _layer_table_classes(src, init)
     for assign in src.self_assignments(facts.base_class):
         layer_classes = [c for c in _local(src, assign.classes) if src.method(c, "forward")]
         if assign.attr in ("layers", "h", "blocks") and (layer_classes or built):
-            # the list may be filled in a loop before the assignment (Falcon-H1)
-            facts.layers_attr, facts.decoder_class = assign.attr, (layer_classes or built)[0]
+            # the list may be filled in a loop before the assignment (Falcon-H1), from a table (Jamba), or hold
+            # one of several classes per layer type (OLMo-hybrid): the one with full attention leads
+            classes = _attention_first(src, layer_classes or built)
+            facts.layers_attr, facts.decoder_class = assign.attr, classes[0]
+            facts.decoder_alternatives = tuple(classes[1:])
             facts.cite("identity", assign.node)
             break
     if not facts.decoder_class:
@@ -187,6 +195,32 @@ def _read_decoder(facts: Facts) -> None:
         local = _local(src, assign.classes)
         if facts.attn_attr is None and any("Attention" in c for c in local):
             facts.attn_attr, facts.attn_class = assign.attr, next(c for c in local if "Attention" in c)
+            facts.attn_alternatives = tuple(c for c in local if "Attention" in c)[1:]
+
+
+def _layer_table_classes(src: SourceFile, init: ast.FunctionDef | None) -> list[str]:
+    """Layer classes a base model picks from a module-level table per layer type
+    (`ALL_DECODER_LAYER_TYPES = {"attention": ..., "mamba": ...}` read in __init__)."""
+    if init is None:
+        return []
+    read = {n.id for n in ast.walk(init) if isinstance(n, ast.Name)}
+    found: list[str] = []
+    for node in src.tree.body:
+        if isinstance(node, ast.Assign) and isinstance(node.value, ast.Dict):
+            names = {getattr(t, "id", None) for t in node.targets}
+            if names & read:
+                found += [v.id for v in node.value.values if isinstance(v, ast.Name) and v.id in src.classes]
+    return [c for c in found if src.method(c, "forward")]
+
+
+def _attention_first(src: SourceFile, classes: list[str]) -> list[str]:
+    """The layer classes with a (non-linear) attention first: its norms and rotary are what the probes read."""
+
+    def full_attention(cls: str) -> bool:
+        attns = [c for a in src.self_assignments(cls) for c in _local(src, a.classes) if "Attention" in c]
+        return any("Linear" not in c and "Delta" not in c for c in attns)
+
+    return sorted(dict.fromkeys(classes), key=lambda c: not full_attention(c))
 
 
 def _is_moe_block(src: SourceFile, class_name: str) -> bool:
@@ -251,12 +285,26 @@ def _read_norms(facts: Facts) -> None:
     for attr, (cls, node) in _norm_assignments(src, facts.decoder_class).items():
         facts.decoder_norms[attr] = cls
         facts.cite("norm_attrs", node)
+    if facts.decoder_alternatives:  # a norm every layer class has is patched as is, the others where present
+        per_class = [_norm_assignments(src, c) for c in facts.decoder_alternatives]
+        for norms in per_class:
+            for attr, (cls, _) in norms.items():
+                facts.decoder_norms.setdefault(attr, cls)
+        everywhere = {a for a in facts.decoder_norms if all(a in norms for norms in per_class)}
+        primary = set(_norm_assignments(src, facts.decoder_class))
+        uneven = {a for a in facts.decoder_norms if a not in everywhere or a not in primary}
+        uneven |= {facts.attn_attr} if facts.attn_attr else set()
+        uneven |= {f"{facts.attn_attr}.{a}" for a in _norm_assignments(src, facts.attn_class)}
+        facts.optional_norms = tuple(sorted(set(facts.optional_norms) | uneven))
     for attr, (cls, node) in _norm_assignments(src, facts.base_class).items():
         facts.final_norms[attr] = cls
         facts.cite("norm_attrs", node)
     for attr, (cls, node) in _norm_assignments(src, facts.attn_class).items():
         facts.attn_norms[attr] = cls
         facts.cite("norm_attrs", node)
+    if facts.attn_alternatives:  # Bailing-hybrid: `Attention(...) if full else DeltaAttention(...)`
+        optional = {f"{facts.attn_attr}.{a}" for a in facts.attn_norms}
+        facts.optional_norms = tuple(sorted(set(facts.optional_norms) | optional))
 
 
 def _read_rotary(facts: Facts) -> None:
@@ -503,11 +551,20 @@ def _calls_lm_head(node: ast.AST) -> bool:
     return any(isinstance(n, ast.Call) and dotted_name(n.func) == "self.lm_head" for n in ast.walk(node))
 
 
+def _slices_the_vocabulary(index: ast.AST) -> bool:
+    """`logits[..., :n]` / `logits[:, :, :n]`: fewer classes for the softmax, not a view of the same logits."""
+    parts = index.elts if isinstance(index, ast.Tuple) else [index]
+    last = parts[-1]
+    whole = isinstance(last, ast.Slice) and last.lower is None and last.upper is None and last.step is None
+    reaches_last = any(isinstance(p, ast.Constant) and p.value is Ellipsis for p in parts) or len(parts) >= 3
+    return reaches_last and not whole
+
+
 def _passes_through(value: ast.AST, logits: set[str]) -> bool:
     if isinstance(value, ast.Name):
         return value.id in logits
     if isinstance(value, ast.Subscript):
-        return _passes_through(value.value, logits)
+        return not _slices_the_vocabulary(value.slice) and _passes_through(value.value, logits)
     if isinstance(value, ast.Call) and isinstance(value.func, ast.Attribute):
         return value.func.attr in _LOGITS_PASS_THROUGH and _passes_through(value.func.value, logits)
     return False
@@ -545,6 +602,9 @@ def _scalar_expr(node: ast.AST, forward: ast.FunctionDef) -> str | None:
 
 
 def _is_logits(node: ast.AST, logits: set[str]) -> bool:
+    """The logits, lm_head's output, or the hidden state on its way there (`outputs.last_hidden_state`)."""
+    if isinstance(node, ast.Attribute) and node.attr == "last_hidden_state":
+        return True
     return (isinstance(node, ast.Name) and node.id in logits) or _is_lm_head_output(node)
 
 
@@ -578,6 +638,25 @@ def logits_op(stmt: ast.stmt, logits: set[str], forward: ast.FunctionDef) -> dic
     return {"multiply" if isinstance(value.op, ast.Mult) else "divide": factor}
 
 
+def _reads_hidden_state(value: ast.AST, outputs: set[str]) -> bool:
+    """`outputs.last_hidden_state` / `outputs[0]` of what the base model returned."""
+    for node in ast.walk(value):
+        if isinstance(node, ast.Attribute) and node.attr == "last_hidden_state":
+            return getattr(node.value, "id", None) in outputs
+        if isinstance(node, ast.Subscript) and getattr(node.value, "id", None) in outputs:
+            return isinstance(node.slice, ast.Constant) and node.slice.value == 0
+    return False
+
+
+def _hidden_passes_through(value: ast.AST, hidden: set[str]) -> bool:
+    """Slicing (`h[:, idx]`, `slice_logits_to_keep(h, k)`) and casts leave the hidden state's values as they are."""
+    if _passes_through(value, hidden):
+        return True
+    if isinstance(value, ast.Call) and "slice" in dotted_name(value.func):
+        return bool(value.args) and _passes_through(value.args[0], hidden)
+    return False
+
+
 def lm_head_bias_free(facts: Facts) -> bool:
     """`self.lm_head = nn.Linear(..., bias=False)` in the CausalLM: a scale on the logits folds into the hidden
     states only when there is no bias to scale with them."""
@@ -597,12 +676,27 @@ def decide_logits_transform(facts: Facts) -> Decision:
     statement, otherwise."""
     forward = _causal_forward(facts)
     logits: set[str] = set()
+    outputs: set[str] = set()  # what self.<base>(...) returned
+    hidden: set[str] = set()  # the base model's last hidden state, on its way to lm_head
     extra: list[ast.stmt] = []
     for stmt in statements(forward.body):
         if not isinstance(stmt, ast.Assign | ast.AugAssign | ast.AnnAssign) or stmt.value is None:
             continue
         targets = stmt.targets if isinstance(stmt, ast.Assign) else [stmt.target]
         names = {t.id for t in targets if isinstance(t, ast.Name)}
+        if isinstance(stmt.value, ast.Call) and dotted_name(stmt.value.func) == f"self.{facts.base_attr}":
+            outputs |= names
+            continue
+        if not logits and _reads_hidden_state(stmt.value, outputs):
+            hidden |= names
+            if not isinstance(stmt.value, ast.Attribute | ast.Subscript):  # read and scaled at once (Inkling)
+                extra.append(stmt)
+            continue
+        if not logits and names & hidden and not _calls_lm_head(stmt.value):
+            # MiniCPM3: `hidden_states = hidden_states / self.config.logits_scaling` before lm_head
+            if isinstance(stmt, ast.AugAssign) or not _hidden_passes_through(stmt.value, hidden):
+                extra.append(stmt)
+            continue
         if _calls_lm_head(stmt.value):
             logits |= names
             if not _is_lm_head_output(stmt.value):  # Falcon-H1: self.lm_head(h) * self.model.lm_head_multiplier
@@ -620,7 +714,7 @@ def decide_logits_transform(facts: Facts) -> Decision:
         return Decision(None, Method.AST, evidence, Status.SETTLED, "lm_head's output reaches the loss unchanged")
     found = "; ".join(ast.unparse(s) for s in extra)
     evidence = tuple(facts.src.evidence(s) for s in extra)
-    ops = [logits_op(s, logits, forward) for s in extra]
+    ops = [logits_op(s, logits | hidden, forward) for s in extra]
     scales_only = all(ops) and not any("softcap" in op for op in ops) and lm_head_bias_free(facts)
     if scales_only or (len(ops) == 1 and ops[0] and "softcap" in ops[0]):
         reason = f"the logits are transformed between lm_head and the loss: {found}; FLCE reproduces it exactly"

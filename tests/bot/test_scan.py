@@ -56,9 +56,7 @@ def test_scan_classifies_every_causal_lm_against_the_registry(server, app, liger
     assert xglm["verdict"] == "partial" and "Left out: RoPE" in xglm["reason"], xglm
     assert "/liger set rope=standard" in xglm["reason"]
     assert rows["qwen3_next"]["verdict"] == "supported"
-    assert (
-        rows["bert-generation"]["verdict"] == "refused" and "not a decoder-only" in rows["bert-generation"]["reason"]
-    )
+    assert rows["bert-generation"]["verdict"] == "refused" and "not a decoder-only" in rows["bert-generation"]["reason"]
     _, body = dashboard(app)
     startable = [r for r in rows.values() if r["verdict"] in ("patchable", "partial")]
     assert startable and all(f"- [ ] `{r['model_type']}` {r['class']}" in body for r in startable)

@@ -106,3 +106,25 @@ def test_a_model_its_own_default_config_cannot_build_is_refused_with_the_reason(
 def test_a_model_type_with_a_dash_is_refused_with_why():
     with pytest.raises(PipelineError, match="apply_liger_kernel_to_<model_type>"):
         act.validate_model_type("modernbert-decoder")
+
+
+def test_a_hidden_state_scaled_before_lm_head_is_folded_and_a_vocabulary_slice_is_not():
+    minicpm3 = understand("minicpm3").checks["logits_transform"]
+    assert minicpm3.status is Status.SETTLED and minicpm3.value == [{"divide": "self.config.logits_scaling"}]
+    inkling = understand("inkling_text").checks["logits_transform"]  # logits[..., :unpadded_vocab_size]
+    assert inkling.status is Status.NEEDS_REVIEW and "unpadded_vocab_size" in inkling.reason
+
+
+def test_hybrid_stacks_of_several_layer_classes_patch_each_norm_where_it_exists():
+    profile = understand("olmo_hybrid")  # attention layers and linear-attention layers in one list
+    plan = act.plan(profile)
+    optional = {t["attr"]: t["optional"] for t in plan.norm.targets("decoder_layer")}
+    assert optional["input_layernorm"] is True  # only the linear-attention layers have it
+    assert optional["post_attention_layernorm"] is False  # every layer class has it
+    function = act.render.render("autopatch/monkey_patch_fn.py.j2", **plan.context())
+    assert 'if getattr(decoder_layer, "input_layernorm", None) is not None:' in function
+
+
+def test_a_norm_attribute_that_may_hold_a_weightless_wrapper_is_not_patched():
+    attrs = understand("axk2").value("norm_attrs")  # final norm: GatedRMSNorm(config) if ... else RMSNorm(...)
+    assert attrs["final"] is None and "input_layernorm" not in attrs["decoder"]

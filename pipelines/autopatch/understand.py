@@ -514,7 +514,12 @@ def decide_output_class(facts: Facts) -> Decision:
     for node in ast.walk(forward):
         if isinstance(node, ast.Return) and isinstance(node.value, ast.Call):
             name = called_names(node.value)[0].rsplit(".", 1)[-1]
-            fields = {kw.arg for kw in node.value.keywords}
+            # `aux_loss=None  # Not used in this model` (HY-V3) carries no load-balancing loss
+            fields = {
+                kw.arg
+                for kw in node.value.keywords
+                if not (isinstance(kw.value, ast.Constant) and kw.value.value is None)
+            }
             # decision-matrix rule 9: "MoE (has aux_loss)"; router_logits alone are only returned on request
             moe = MOE_LOSS_FIELD in fields
             value = "LigerMoeCausalLMOutputWithPast" if moe else "LigerCausalLMOutputWithPast"
@@ -867,6 +872,14 @@ def decide_rope(facts: Facts, built: probes.TinyModel) -> Decision:
         return Decision("none", Method.AST, evidence, Status.SETTLED, "the attention calls no rotary function")
     node = facts.src.functions[facts.rotary_fn]
     evidence = facts.src.evidence(node, max_lines=40)
+    other_layout = _rotary_calls_in_another_layout(facts)
+    if other_layout is not None:
+        reason = (
+            f"{facts.rotary_fn} is also called as `{ast.unparse(other_layout).strip()[:120]}` (line "
+            f"{other_layout.lineno}): tensors laid out [batch, seq, heads, head_dim]; Liger's rope kernel takes "
+            "[batch, heads, seq, head_dim] only, and the module-level swap would reach that call too"
+        )
+        return Decision("none", Method.AST, (facts.src.evidence(other_layout), evidence), Status.SETTLED, reason)
     call = built.capture_rotary(facts)
     if call is None:
         reason = f"{facts.rotary_fn} was not called by a forward pass of the tiny model"
@@ -882,6 +895,18 @@ def decide_rope(facts: Facts, built: probes.TinyModel) -> Decision:
         result = probes.ProbeResult("none", [], result.residuals)
         reason = f"none of Liger's rotary kernels reproduces {facts.rotary_fn}: {_why_not(result)}"
     return _probe_decision(result, result.value, evidence, reason)
+
+
+def _rotary_calls_in_another_layout(facts: Facts) -> ast.Call | None:
+    """A call of the rotary function anywhere in the file with `unsqueeze_dim` other than 1 (HY-V4's indexer),
+    which the probe's first captured call would not show."""
+    for call in ast.walk(facts.src.tree):
+        if not isinstance(call, ast.Call) or dotted_name(call.func) != facts.rotary_fn:
+            continue
+        dims = [kw.value for kw in call.keywords if kw.arg == "unsqueeze_dim"] + call.args[4:5]
+        if any(not (isinstance(d, ast.Constant) and d.value == 1) for d in dims):
+            return call
+    return None
 
 
 def _experts_convention(facts: Facts, built: probes.TinyModel) -> str | None:

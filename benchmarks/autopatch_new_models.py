@@ -160,12 +160,17 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("models", nargs="*")
     parser.add_argument("--all", action="store_true", help="every unsupported decoder-only causal LM (breadth_models)")
     parser.add_argument("--json", type=Path, help="write the rows here as JSON")
+    parser.add_argument("--from-json", type=Path, nargs="*", help="print the table of rows written before (no run)")
+    parser.add_argument("--passing", type=Path, help="write `model category` per model whose CPU gates pass")
     parser.add_argument("--workdir", type=Path, default=Path(f"out/new-models-{time.strftime('%Y%m%d-%H%M%S')}"))
     parser.add_argument("--timing", help="time understand for this model (in process, median of 5)")
     args = parser.parse_args(argv)
     if args.timing:
         first, median = time_understand(args.timing)
         print(f"understand {args.timing}: first call {first:.2f}s, then median of 5: {median:.2f}s", flush=True)
+    if args.from_json:
+        rows = [row for path in args.from_json for row in json.loads(path.read_text())]
+        return report(rows, args.passing)
     checkout = target.fetch(args.workdir / "liger-kernel")
     models = breadth_models(checkout) if args.all else args.models or list(CANDIDATES)
     rows = []
@@ -174,10 +179,24 @@ def main(argv: list[str] | None = None) -> int:
         print(f"{model}: {rows[-1]['result']} in {rows[-1]['seconds']:.1f}s", flush=True)
         if args.json:
             args.json.write_text(json.dumps(rows, indent=1))
-    print("\n" + table(rows))
-    passed = [r["model"] for r in rows if r["result"] == "OK"]
-    print(f"\n{len(passed)} of {len(rows)} pass import, instance patching, CPU numerics and checkstyle: {passed}")
+    report(rows, args.passing)
     print(f"branches in {checkout.root}")
+    return 0
+
+
+def report(rows: list[dict], passing: Path | None) -> int:
+    print("\n" + table(rows))
+    passed = [r for r in rows if r["result"] == "OK"]
+    names = [r["model"] for r in passed]
+    print(f"\n{len(passed)} of {len(rows)} pass import, instance patching, CPU numerics and checkstyle: {names}")
+    for kind in ("rms", "moe", "layernorm", "hybrid"):
+        print(f"  {kind}: {sum(1 for r in passed if r.get('category') == kind)} pass")
+    outcomes = {
+        result: sum(1 for r in rows if r["result"] == result) for result in ("OK", "FAILED", "refused", "error")
+    }
+    print(f"  outcomes: {outcomes}")
+    if passing:
+        passing.write_text("".join(f"{r['model']} {r['category']}\n" for r in passed))
     return 0
 
 

@@ -653,12 +653,18 @@ def _reads_hidden_state(value: ast.AST, outputs: set[str]) -> bool:
     return False
 
 
-def _hidden_passes_through(value: ast.AST, hidden: set[str]) -> bool:
-    """Slicing (`h[:, idx]`, `slice_logits_to_keep(h, k)`) and casts leave the hidden state's values as they are."""
+def _hidden_passes_through(value: ast.AST, hidden: set[str], read: bool = False) -> bool:
+    """Slicing (`h[:, idx]`, `slice_logits_to_keep(h, k)`) and casts leave the hidden state's values as they are;
+    `read`: `value` reads the hidden state from the base model's output itself (`outputs.last_hidden_state`)."""
+    if read and isinstance(value, ast.Attribute | ast.Subscript) and not isinstance(value.ctx, ast.Store):
+        if isinstance(value, ast.Attribute) or not _slices_the_vocabulary(value.slice):
+            return True
     if _passes_through(value, hidden):
         return True
     if isinstance(value, ast.Call) and "slice" in dotted_name(value.func):
-        return bool(value.args) and _passes_through(value.args[0], hidden)
+        return bool(value.args) and _hidden_passes_through(value.args[0], hidden, read)
+    if isinstance(value, ast.Call) and isinstance(value.func, ast.Attribute):
+        return value.func.attr in _LOGITS_PASS_THROUGH and _hidden_passes_through(value.func.value, hidden, read)
     return False
 
 
@@ -694,7 +700,7 @@ def decide_logits_transform(facts: Facts) -> Decision:
             continue
         if not logits and _reads_hidden_state(stmt.value, outputs):
             hidden |= names
-            if not isinstance(stmt.value, ast.Attribute | ast.Subscript):  # read and scaled at once (Inkling)
+            if not _hidden_passes_through(stmt.value, hidden, read=True):  # read and scaled at once (Inkling)
                 extra.append(stmt)
             continue
         if not logits and names & hidden and not _calls_lm_head(stmt.value):

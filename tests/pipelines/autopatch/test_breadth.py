@@ -130,3 +130,9 @@ def test_a_norm_attribute_that_may_hold_a_weightless_wrapper_is_not_patched():
     attrs = understand("axk2").value("norm_attrs")
     assert "post_attention_layernorm" not in attrs["decoder"] and "input_layernorm" not in attrs["decoder"]
     assert attrs["final"] == "norm"  # a plain RMSNorm: still patched
+
+
+def test_a_hidden_state_read_through_a_slice_is_no_transform():
+    for model in ("inkling2_text", "llama"):  # slice_logits_to_keep(outputs.last_hidden_state, k) / outputs[0]
+        check = understand(model).checks["logits_transform"]
+        assert check.status is Status.SETTLED and check.value is None, model

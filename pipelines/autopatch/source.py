@@ -49,7 +49,15 @@ class SourceFile:
 
     @cached_property
     def classes(self) -> dict[str, ast.ClassDef]:
-        return {n.name: n for n in self.tree.body if isinstance(n, ast.ClassDef)}
+        """Top-level classes, and those defined under a top-level `if` (xLSTM defines its blocks in both arms of
+        `if is_xlstm_available():`; the last arm, the file's own implementation, wins)."""
+        nested: dict[str, ast.ClassDef] = {}
+        for node in self.tree.body:
+            if isinstance(node, ast.If):
+                for inner in [*node.body, *node.orelse]:
+                    if isinstance(inner, ast.ClassDef):
+                        nested[inner.name] = inner
+        return {**nested, **{n.name: n for n in self.tree.body if isinstance(n, ast.ClassDef)}}
 
     @cached_property
     def functions(self) -> dict[str, ast.FunctionDef]:

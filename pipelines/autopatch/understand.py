@@ -176,6 +176,7 @@ def _read_decoder(facts: Facts) -> None:
     built = built or _layer_table_classes(src, init)
     for assign in src.self_assignments(facts.base_class):
         layer_classes = [c for c in _local(src, assign.classes) if src.method(c, "forward")]
+        layer_classes = layer_classes or _built_by_method(src, facts.base_class, assign)
         if assign.attr in ("layers", "h", "blocks") and (layer_classes or built):
             # the list may be filled in a loop before the assignment (Falcon-H1), from a table (Jamba), or hold
             # one of several classes per layer type (OLMo-hybrid): the one with full attention leads
@@ -211,6 +212,16 @@ def _layer_table_classes(src: SourceFile, init: ast.FunctionDef | None) -> list[
             if names & read:
                 found += [v.id for v in node.value.values if isinstance(v, ast.Name) and v.id in src.classes]
     return [c for c in found if src.method(c, "forward")]
+
+
+def _built_by_method(src: SourceFile, owner: str, assign) -> list[str]:
+    """`self.layers = self.get_layers()` (Zamba2): the layer classes that method builds."""
+    value = getattr(assign.node, "value", None)
+    if not (isinstance(value, ast.Call) and dotted_name(value.func).startswith("self.")):
+        return []
+    method = src.method(owner, dotted_name(value.func).removeprefix("self."))
+    found = _local(src, called_names(method)) if method else []
+    return [c for c in found if ("Layer" in c or "Block" in c) and src.method(c, "forward")]
 
 
 def _attention_first(src: SourceFile, classes: list[str]) -> list[str]:

@@ -136,3 +136,23 @@ def test_a_hidden_state_read_through_a_slice_is_no_transform():
     for model in ("inkling2_text", "llama"):  # slice_logits_to_keep(outputs.last_hidden_state, k) / outputs[0]
         check = understand(model).checks["logits_transform"]
         assert check.status is Status.SETTLED and check.value is None, model
+
+
+def test_a_patch_of_the_loss_alone_passes_the_targets_ruff(tmp_path, liger_template):
+    """Nothing but FLCE to patch (BLOOM, MPT): the generated instance test must not leave `base_model` unused
+    (F841 has no safe fix, so the target's checkstyle would fail on our code)."""
+    import subprocess
+    import sys
+    from dataclasses import replace
+
+    from pipelines import target
+    from tests.pipelines.autopatch.hand_profiles import hand_profile
+
+    profile = hand_profile("llama").with_overrides({"norm_type": "none", "mlp_kind": "none", "rope": "none"})
+    profile = replace(profile, identity=replace(profile.identity, model_type="llama_bare"))
+    checkout = target.fetch(tmp_path / "liger-kernel")
+    changeset = act.act(checkout, profile)
+    python = [p for p in changeset.paths if p.endswith(".py")]
+    proc = subprocess.run([sys.executable, "-m", "ruff", "check", *python], cwd=checkout.root, capture_output=True)
+    assert proc.returncode == 0, proc.stdout.decode()
+    assert "base_model = getattr" not in checkout.path(act.INSTANCE_TEST).read_text().split("llama_bare")[-1]

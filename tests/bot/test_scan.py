@@ -98,3 +98,17 @@ def test_newly_ticked_compares_before_and_after():
     before = "- [x] `a` A\n- [ ] `b` B\n- [ ] `c` C"
     assert newly_ticked(before, "- [x] `a` A\n- [X] `b` B\n- [ ] `c` C") == ["b"]
     assert newly_ticked(None, "- [x] `a` A") == ["a"]
+
+
+def test_classification_follows_acts_plan_on_real_models():
+    """Real understand + act.plan: every kernel applied, some left out (which, why, the command), or refused."""
+    from bot.scan import classify
+    from pipelines.autopatch.understand import understand
+
+    rows = {m: classify(m, f"{m}ForCausalLM", {"llama"}, None, understand) for m in ("hyperclovax", "phi", "dbrx")}
+    assert rows["hyperclovax"].verdict is Verdict.PATCHABLE  # its logit scale folds into FLCE: nothing left out
+    assert "FusedLinearCrossEntropy" in rows["hyperclovax"].reason
+    phi = rows["phi"]
+    assert phi.verdict is Verdict.PARTIAL and "Left out: the MLP (PhiMLP)" in phi.reason
+    assert "`/liger kernel gelu_new`" in phi.reason
+    assert rows["dbrx"].verdict is Verdict.REFUSED and "cannot build DbrxModel" in rows["dbrx"].reason

@@ -690,6 +690,9 @@ TINY_CONFIG = {
     "v_head_dim": 16,
     "sliding_window": 64,
     "pad_token_id": 0,
+    # training runs without a KV cache; a tiny hybrid whose layers are all Mamba / linear attention (Jamba, Bamba,
+    # Kimi-Linear) has no attention layer for the cache to measure and fails a cached forward
+    "use_cache": False,
     # the rest keep a tiny model tiny where a family adds its own wide parts
     "vocab_size_per_layer_input": 128,  # Gemma 3n/4 per-layer embeddings
     "hidden_size_per_layer_input": 16,

@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import re
 import statistics
 import sys
 import time
@@ -78,7 +79,8 @@ def category(profile) -> str:
 def _failure(gate) -> str:
     """The line of a failed gate's detail that says why (the exception or assertion, not pytest's summary)."""
     lines = [line.strip() for line in gate.detail.splitlines() if line.strip()]
-    said = [line for line in lines if line.startswith(("E ", "FAILED")) or "Error" in line or "error:" in line]
+    raised = [line for line in lines if re.match(r"^(E\s+)?[\w.]*(Error|Exception|Failed)\b.*:", line)]
+    said = raised[-1:] or [line for line in lines if line.startswith(("E ", "FAILED"))]
     return (said[0] if said else lines[-1] if lines else gate.detail)[:240]
 
 

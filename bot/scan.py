@@ -1,9 +1,11 @@
 """Scan: every causal LM of the installed transformers against the target's registry, one dashboard issue.
 
-Each model is classified supported (already in `MODEL_TYPE_TO_APPLY_LIGER_FN`), patchable (understand settled
-all 12 decisions), needs review (some decision is not settled: which) or not applicable (understand refused:
-why). The dashboard is one issue, found by its title and edited in place; a checkbox per patchable model starts
-`/liger autopatch` for it when ticked, within the repo's PR limits.
+Each model is classified as autopatch would treat it: supported (already in `MODEL_TYPE_TO_APPLY_LIGER_FN`),
+patchable (act's plan applies every kernel the model has), partial (act's plan leaves kernels out: which, why and
+the command that would add each), needs review (a decision the generated forward depends on is not settled:
+which) or refused (understand or act refuses: why). The dashboard is one issue, found by its title and edited in
+place; a checkbox per patchable or partial model starts `/liger autopatch` for it when ticked, within the repo's
+PR limits.
 """
 
 from __future__ import annotations
@@ -28,8 +30,12 @@ _CHECKBOX_RE = re.compile(r"^- \[(?P<mark>[ xX])\] `(?P<model>[A-Za-z0-9._-]+)`"
 class Verdict(str, enum.Enum):
     SUPPORTED = "supported"
     PATCHABLE = "patchable"
+    PARTIAL = "partial"
     NEEDS_REVIEW = "needs review"
-    NOT_APPLICABLE = "not applicable"
+    REFUSED = "refused"
+
+
+STARTABLE = (Verdict.PATCHABLE, Verdict.PARTIAL)  # a ticked box starts autopatch for these
 
 
 @dataclass(frozen=True)
@@ -90,18 +96,27 @@ def classify(model_type: str, class_name: str, supported: set[str], checkout, un
     try:
         profile = call_understand(understand, model_type, checkout)
     except PipelineError as exc:
-        return Row(model_type, class_name, Verdict.NOT_APPLICABLE, exc.message)
+        return Row(model_type, class_name, Verdict.REFUSED, exc.message)
     except Exception as exc:  # one broken modeling file must not stop the scan of the other models
-        return Row(
-            model_type, class_name, Verdict.NOT_APPLICABLE, f"understand failed: {exc.__class__.__name__}: {exc}"[:300]
-        )
-    review = profile.needs_review()
-    if review:
-        reasons = [
-            f"{key}: {profile.decisions[key].reason}" if profile.decisions[key].reason else key for key in review
-        ]
-        return Row(model_type, class_name, Verdict.NEEDS_REVIEW, "; ".join(reasons))
-    return Row(model_type, class_name, Verdict.PATCHABLE, "all 12 decisions settled")
+        why = f"understand failed: {exc.__class__.__name__}: {exc}"[:300]
+        return Row(model_type, class_name, Verdict.REFUSED, why)
+    return classify_plan(model_type, class_name, profile)
+
+
+def classify_plan(model_type: str, class_name: str, profile) -> Row:
+    """What act would make of the profile: every kernel applied, some left out (the notes say which), or a
+    refusal; a refusal that names a `--set` is a decision for a reviewer, not a dead end."""
+    from pipelines.autopatch import act
+
+    try:
+        plan = act.plan(profile)
+    except PipelineError as exc:
+        verdict = Verdict.NEEDS_REVIEW if "--set" in (exc.hint or "") else Verdict.REFUSED
+        return Row(model_type, class_name, verdict, exc.message)
+    left_out = [note for note in plan.notes if note.startswith(act.LEFT_OUT)]
+    if left_out:
+        return Row(model_type, class_name, Verdict.PARTIAL, " ".join(left_out))
+    return Row(model_type, class_name, Verdict.PATCHABLE, f"patches {plan.operations}")
 
 
 def scan(checkout, understand: Callable | None = None, only: list[str] | None = None, progress=None) -> list[Row]:
@@ -138,8 +153,8 @@ def newly_ticked(before: str | None, after: str | None) -> list[str]:
     return [m["model"] for m in _CHECKBOX_RE.finditer(after or "") if m["mark"] in "xX" and m["model"] not in was]
 
 
-def _escape(text: str) -> str:
-    return text.replace("|", "\\|").replace("\n", " ")[:200]
+def _escape(text: str, limit: int = 300) -> str:
+    return text.replace("|", "\\|").replace("\n", " ")[:limit]
 
 
 def render_dashboard(
@@ -154,14 +169,21 @@ def render_dashboard(
         f"Tick a box to start `/liger autopatch` for that model (at most {per_hour} new PRs per hour and "
         f"{max_open} open at once; the rest wait for the next scan).",
         "",
-        "### Patchable (every decision settled)",
     ]
-    for row in (r for r in rows if r.verdict is Verdict.PATCHABLE):
-        note = started.get(row.model_type)
-        lines.append(
-            f"- [{'x' if note else ' '}] `{row.model_type}` {row.causal_lm_class}" + (f" ({note})" if note else "")
-        )
-    for verdict, heading in ((Verdict.NEEDS_REVIEW, "Needs review"), (Verdict.NOT_APPLICABLE, "Not applicable")):
+    headings = {
+        Verdict.PATCHABLE: "Patchable (every kernel the model has)",
+        Verdict.PARTIAL: "Partial (kernels left out: why, and the command that adds each)",
+    }
+    for verdict in STARTABLE:
+        lines += [f"### {headings[verdict]}", ""]
+        for row in (r for r in rows if r.verdict is verdict):
+            note = started.get(row.model_type)
+            line = f"- [{'x' if note else ' '}] `{row.model_type}` {row.causal_lm_class}" + (
+                f" ({note})" if note else ""
+            )
+            lines.append(line + (f": {_escape(row.reason, 600)}" if verdict is Verdict.PARTIAL else ""))
+        lines.append("")
+    for verdict, heading in ((Verdict.NEEDS_REVIEW, "Needs review"), (Verdict.REFUSED, "Refused")):
         chosen = [r for r in rows if r.verdict is verdict]
         lines += ["", f"### {heading} ({len(chosen)})", "", "| model | class | reason |", "|---|---|---|"]
         lines += [f"| `{r.model_type}` | {r.causal_lm_class} | {_escape(r.reason)} |" for r in chosen]

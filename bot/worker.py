@@ -57,6 +57,7 @@ from bot.runners import VerifyRequest
 from bot.runtime import Context
 from bot.runtime import Runtime
 from bot.scan import DASHBOARD_TITLE
+from bot.scan import STARTABLE
 from bot.scan import call_understand
 from bot.scan import render_dashboard
 from bot.scan import scan
@@ -597,7 +598,8 @@ class Worker:
             number = forge.create_issue(repo, DASHBOARD_TITLE, body)
         else:
             forge.edit_issue(repo, number, body)
-        summary = f"Dashboard: #{number} ({sum(1 for r in rows if r.verdict.value == 'patchable')} patchable)."
+        startable = sum(1 for r in rows if r.verdict in STARTABLE)
+        summary = f"Dashboard: #{number} ({startable} patchable or partial)."
         result = {"rows": [r.to_json() for r in rows], "dashboard": number, "summary": summary}
         result["config_problems"] = list(config.problems)
         self.enter(job, JobState.DONE, result=result)

@@ -18,8 +18,7 @@ from pipelines.outcome import ExitStatus
 from pipelines.outcome import PipelineError
 
 # Unsupported by liger-kernel 0.8.5, every decision and check settled, every CPU gate passes, and every kernel
-# patched (RoPE, RMSNorm, SwiGLU, FLCE). Not hyperclovax: its forward scales the logits by config.logits_scaling,
-# which the generated lce_forward would drop (the logits_transform check refuses it).
+# patched (RoPE, RMSNorm, SwiGLU, FLCE), with a forward that passes lm_head's output to the loss untouched.
 DEFAULT_AUTOPATCH_MODEL = "ministral3"
 
 

@@ -223,7 +223,11 @@ class Plan:
 
 def validate_model_type(model_type: str) -> str:
     if not MODEL_TYPE_RE.match(model_type):
-        raise PipelineError(f"{model_type!r} is not a model_type (lowercase letters, digits, _)")
+        raise PipelineError(
+            f"{model_type!r} is not a model_type Liger can name files after (lowercase letters, digits, _): "
+            f"apply_liger_kernel_to_<model_type> and model/<model_type>.py are spelled with it",
+            hint="a model_type with '-' needs a hand-chosen Python name for its apply function",
+        )
     return model_type
 
 
@@ -269,27 +273,97 @@ def _settled(profile: Profile, *keys: str) -> str | None:
     return None
 
 
+LEFT_OUT = "Left out:"  # the prefix of every note that names a kernel this patch does not apply
+
+
+def left_out(kernel: str, why: str, to_add: str) -> str:
+    """A partial patch's note: the kernel, why it is not applied, and what would add it."""
+    return f"{LEFT_OUT} {kernel}. Why: {why.rstrip('.')}. To add it: {to_add.rstrip('.')}."
+
+
+def _reason(profile: Profile, key: str) -> str:
+    decision = profile.decisions.get(key)
+    return (decision.reason if decision and decision.reason else f"decision `{key}` is {profile.value(key)!r}")[:300]
+
+
+def _activation(profile: Profile) -> str | None:
+    """The config's default activation name when transformers' ACT2FN has it (what `/liger kernel` takes)."""
+    from transformers.activations import ACT2FN
+
+    package, name = profile.identity.modeling_module.rsplit(".", 1)
+    try:
+        module = importlib.import_module(f"{package}.{name.replace('modeling_', 'configuration_', 1)}")
+        config = getattr(module, profile.identity.config_class)()
+    except Exception:  # no configuration module of that name, or a config that refuses its own defaults
+        return None
+    for field_name in ("hidden_act", "activation_function", "hidden_activation"):
+        value = getattr(config, field_name, None)
+        if isinstance(value, str) and value in ACT2FN:
+            return value
+    return None
+
+
 def _plan_rope(profile: Profile, notes: list[str]) -> bool:
     unsettled = _settled(profile, "rope")
     if unsettled:
-        notes.append("RoPE is not patched: decision `rope` needs review (`--set rope=standard` enables it).")
+        notes.append(
+            left_out(
+                "RoPE (liger_rotary_pos_emb)",
+                f"decision `rope` needs review: {_reason(profile, 'rope')}",
+                "`/liger set rope=standard` after reading the evidence (or `--set rope=standard` on the CLI)",
+            )
+        )
         return False
     if profile.value("rope") != "standard":
-        notes.append(f"RoPE is not patched: the model's rotary embedding is {profile.value('rope')!r}, not standard.")
+        reason = _reason(profile, "rope")
+        if profile.value("rope") == "none" and "calls no rotary function" in reason:
+            return False  # no rotary embedding at all (ALiBi, learned positions): nothing left out
+        notes.append(
+            left_out(
+                "RoPE (liger_rotary_pos_emb)",
+                f"the model's rotary embedding is {profile.value('rope')!r}: {reason}",
+                "no `/liger` command builds it: Liger's rope kernel rotates halves (rotate_half, partial widths "
+                "included); this variant needs its own kernel in src/liger_kernel/ops/rope.py, written by hand",
+            )
+        )
         return False
     return True
+
+
+def _mlp_left_out(profile: Profile, why: str) -> str:
+    activation = _activation(profile)
+    to_add = (
+        f"`/liger kernel {activation}` writes the Triton kernel for its activation `{activation}` (ops, module, "
+        "tests, benchmark); binding it into this MLP is then one line of the apply function"
+        if activation
+        else "no `/liger` command builds it: the MLP's activation is not a transformers ACT2FN name; give "
+        "`/liger kernel path/in/repo.py:function` a copy of it"
+    )
+    return left_out(f"the MLP ({profile.identity.mlp_class or profile.identity.experts_class})", why, to_add)
 
 
 def _plan_norm(profile: Profile, notes: list[str]) -> Norm | None:
     ident = profile.identity
     unsettled = _settled(profile, "norm_type", "norm_attrs")
     if unsettled:
-        notes.append(f"Norms are not patched: decision `{unsettled}` needs review.")
+        notes.append(
+            left_out(
+                "the norms",
+                f"decision `{unsettled}` needs review: {_reason(profile, unsettled)}",
+                f"`/liger set {unsettled}=VALUE` after reading the evidence",
+            )
+        )
         return None
     norm_type = profile.value("norm_type")
     if norm_type not in ("rms", "layer") or not ident.norm_class:
         if norm_type != "none":
-            notes.append(f"Norms are not patched: norm type {norm_type!r} with class {ident.norm_class!r}.")
+            notes.append(
+                left_out(
+                    "the norms",
+                    f"norm type {norm_type!r} with class {ident.norm_class!r}",
+                    "`/liger set norm_type=rms` or `norm_type=layer` if one family is meant",
+                )
+            )
         return None
     attrs = profile.value("norm_attrs") or {}
     final, decoder, attn = attrs.get("final"), tuple(attrs.get("decoder") or ()), tuple(attrs.get("attn") or ())
@@ -310,7 +384,22 @@ def _plan_norm(profile: Profile, notes: list[str]) -> Norm | None:
     if norm_type == "layer":
         if _settled(profile, "rms_offset") is None and float(profile.value("rms_offset") or 0.0):
             notes.append(
-                "LayerNorm is not patched: the model's LayerNorm adds 1 to its weight; LigerLayerNorm does not."
+                left_out(
+                    "LayerNorm (LigerLayerNorm)",
+                    "the model's LayerNorm adds 1 to its weight; LigerLayerNorm has no offset",
+                    "`/liger kernel path/in/repo.py:function` with a copy of the norm's forward writes a kernel for it",
+                )
+            )
+            return None
+        missing = layer_norm_lacks(profile)
+        if missing:
+            notes.append(
+                left_out(
+                    "LayerNorm (LigerLayerNorm)",
+                    f"{ident.norm_class} defines no {' and no '.join(missing)}: LigerLayerNorm's forward reads "
+                    "self.bias and its repr self.eps, and a bias-free LayerNorm has no bias to hand it",
+                    "a bias-free variant of LigerLayerNorm (bias=None in ops/layer_norm.py), written by hand",
+                )
             )
             return None
         planned = norm("layer_norm", "LigerLayerNorm")
@@ -322,7 +411,13 @@ def _plan_norm(profile: Profile, notes: list[str]) -> Norm | None:
         return planned
     unsettled = _settled(profile, "rms_casting_mode", "rms_offset", "rms_in_place")
     if unsettled:
-        notes.append(f"RMSNorm is not patched: decision `{unsettled}` needs review.")
+        notes.append(
+            left_out(
+                "RMSNorm (LigerRMSNorm)",
+                f"decision `{unsettled}` needs review: {_reason(profile, unsettled)}",
+                f"`/liger set {unsettled}=VALUE` after reading the probe's residuals",
+            )
+        )
         return None
     mode, offset, in_place = (
         profile.value("rms_casting_mode"),
@@ -336,6 +431,23 @@ def _plan_norm(profile: Profile, notes: list[str]) -> Norm | None:
     return norm("rms_norm", f"partial(LigerRMSNorm, {options}{init})", f"partial(_patch_rms_norm_module, {options})")
 
 
+def layer_norm_lacks(profile: Profile) -> list[str]:
+    """`bias` / `eps` a LayerNorm class defined in the modeling file never sets (Cohere's is bias-free and keeps
+    only `variance_epsilon`); nn.LayerNorm and its subclasses have both."""
+    from pipelines.autopatch.source import load
+    from pipelines.autopatch.source import site_packages
+
+    ident = profile.identity
+    try:
+        src = load(site_packages() / ident.modeling_file)
+    except OSError:
+        return []
+    if ident.norm_class not in src.classes or any("LayerNorm" in b for b in src.external_bases(ident.norm_class)):
+        return []
+    assigned = {a.attr for name in src.lineage(ident.norm_class) for a in src.self_assignments(name)}
+    return [attr for attr in ("bias", "eps") if attr not in assigned]
+
+
 def _getsource_checks(target: str, liger: str) -> tuple[str, str]:
     return (
         f"inspect.getsource({target}.forward) != inspect.getsource({liger}.forward)",
@@ -347,13 +459,16 @@ def _plan_mlp(profile: Profile, notes: list[str]) -> Mlp | None:
     ident, modeling = profile.identity, profile.identity.modeling_module.rsplit(".", 1)[1]
     unsettled = _settled(profile, "mlp_kind")
     if unsettled:
-        notes.append("The MLP is not patched: decision `mlp_kind` needs review.")
+        notes.append(_mlp_left_out(profile, f"decision `mlp_kind` needs review: {_reason(profile, 'mlp_kind')}"))
         return None
     kind, structure, mlp = profile.value("mlp_kind"), profile.value("structure"), f"decoder_layer.{ident.mlp_attr}"
     if structure in ("moe", "hybrid") and kind == "swiglu" and ident.experts_class and ident.experts_attr:
         return _moe_mlp(profile, notes)
+    if kind == "none" and not ident.mlp_class and not ident.experts_class:
+        return None  # no MLP on the decoder layer (mixer-only layers): nothing left out
     if structure != "dense":
-        notes.append(f"The MLP is not patched: structure {structure!r} with mlp kind {kind!r} has no generator.")
+        why = f"structure {structure!r} with mlp kind {kind!r}: {_reason(profile, 'mlp_kind')}"
+        notes.append(_mlp_left_out(profile, why))
         return None
     if kind == "relu_squared":
         return Mlp(
@@ -368,7 +483,7 @@ def _plan_mlp(profile: Profile, notes: list[str]) -> Mlp | None:
     liger = {"swiglu": ("swiglu", "SwiGLU", "LigerSwiGLUMLP"), "geglu": ("geglu", "GeGLU", "LigerGEGLUMLP")}
     liger["phi3_swiglu"] = ("swiglu", "SwiGLU", "LigerPhi3SwiGLUMLP")
     if kind not in liger or not ident.mlp_class:
-        notes.append(f"The MLP is not patched: mlp kind {kind!r} (class {ident.mlp_class!r}) has no Liger module.")
+        notes.append(_mlp_left_out(profile, f"mlp kind {kind!r}: {_reason(profile, 'mlp_kind')}"))
         return None
     param, label, cls = liger[kind]
     instance = f"_patch_geglu_module({mlp})" if kind == "geglu" else f"_patch_swiglu_module({mlp}, {cls})"
@@ -428,7 +543,7 @@ def _moe_mlp(profile: Profile, notes: list[str]) -> Mlp | None:
         before, after = _getsource_checks(layer_mlp, MOE_DENSE_MLP)
         checks.append((f"{layer_has_experts} or {before}", f"{layer_has_experts} or {after}"))
     if not checks:
-        notes.append("The MLP is not patched: nothing in this MoE block has a Liger module.")
+        notes.append(_mlp_left_out(profile, "nothing in this MoE block has a Liger module"))
         return None
     class_statement = "\n".join(classes) or "pass  # every swap is made on instances"
     (first_before, first_after), *rest = checks
@@ -472,8 +587,57 @@ def lm_head_helper_module(root: Path) -> str:
     return "liger_kernel.transformers.model.llama"
 
 
+def logits_ops(profile: Profile) -> list[dict]:
+    """The settled logits transform (scales and a softcap FLCE reproduces exactly), [] when there is none."""
+    check = profile.checks.get("logits_transform")
+    if check is None or check.status is Status.NEEDS_REVIEW or not isinstance(check.value, list):
+        return []
+    return check.value
+
+
+def softcap_expr(profile: Profile) -> str | None:
+    """What the forward passes as FLCE's softcap: the config's final_logit_softcapping or the forward's own cap."""
+    caps = [op["softcap"] for op in logits_ops(profile) if "softcap" in op]
+    if caps:
+        return caps[0]
+    return "self.config.final_logit_softcapping" if profile.value("logit_softcapping") else None
+
+
+def scaled(expr: str, ops: list[dict]) -> str:
+    """`expr` with the model's logit scales applied in order (`h * self.logit_scale`, `h / self.config.x`)."""
+    for op in ops:
+        if "multiply" in op:
+            expr = f"{expr} * {op['multiply']}"
+        elif "divide" in op:
+            expr = f"{expr} / {op['divide']}"
+    return expr
+
+
+def base_output_fields(plan: Plan, cache_field: str) -> list[str]:
+    """The base model's output fields HF's CausalLM forward passes on (Mamba returns no attentions)."""
+    from pipelines.autopatch.source import load
+    from pipelines.autopatch.source import site_packages
+
+    ident = plan.profile.identity
+    wanted = [cache_field, "hidden_states", "attentions"]
+    try:
+        forward = load(site_packages() / ident.modeling_file).method(ident.causal_lm_class, "forward")
+    except (OSError, SyntaxError):  # a profile of a model this environment lacks: the standard three
+        return wanted
+    returned = set()
+    for node in ast.walk(forward) if forward else ():
+        if isinstance(node, ast.Return) and isinstance(node.value, ast.Call):
+            returned |= {kw.arg for kw in node.value.keywords}
+    if not returned:
+        return wanted
+    return [
+        name for name in wanted if name in returned or (name == cache_field and returned & {"cache", "past_key_values"})
+    ]
+
+
 def render_lce_forward(plan: Plan, helper_module: str = "liger_kernel.transformers.model.llama") -> str:
     names = forward_param_names(plan)
+    ops = [op for op in logits_ops(plan.profile) if "softcap" not in op]
     hidden = "outputs[0]" if plan.profile.value("hidden_state_access") == "outputs[0]" else "outputs.last_hidden_state"
     return render.render(
         "autopatch/lce_forward.py.j2",
@@ -482,9 +646,11 @@ def render_lce_forward(plan: Plan, helper_module: str = "liger_kernel.transforme
         params=_forward_params(plan),
         model_args=[n for n in names if n not in NOT_FORWARDED],
         hidden_states=hidden,
-        softcapping=bool(plan.profile.value("logit_softcapping")),
+        softcap=softcap_expr(plan.profile),
+        scaled_hidden_states=scaled("kept_hidden_states", ops) if ops else None,
+        logits_statements=[f"logits = {scaled('logits', [op])}" for op in ops],
         output_class=plan.profile.value("output_class"),
-        cache_field="cache" if "cache" in names else "past_key_values",
+        output_fields=base_output_fields(plan, "cache" if "cache" in names else "past_key_values"),
         uses_cache_type=bool({"cache", "past_key_values"} & set(names)),
         lm_head_helper_module=helper_module,
     )
@@ -578,6 +744,28 @@ def has_field(config, name: str) -> bool:
         return False
 
 
+def buildable_test_config(plan: Plan) -> list[tuple[str, str]]:
+    """MINI_TEST_CONFIG's fields this config class has, can be given (Falcon's head_dim is a read-only property)
+    and accepts together (strict validators: GPT-Neo's layer pattern): one refused field keeps its default."""
+    from pipelines.autopatch import probes
+
+    cls = config_class(plan)
+    fields = [(n, v) for n, v in mini_config(plan, MINI_TEST_CONFIG) if probes._settable(cls, n)]
+    unbuildable = set(probes._UNBUILDABLE.get(cls, ()))  # what the probes' tiny model could not be built with
+    fields = [(n, v) for n, v in fields if n not in unbuildable]
+
+    def constructs(chosen) -> bool:
+        return probes._constructs(cls, {n: ast.literal_eval(v) for n, v in chosen}) is None
+
+    if constructs(fields):
+        return fields
+    for name, _ in fields:
+        fewer = [(n, v) for n, v in fields if n != name]
+        if constructs(fewer):
+            return fewer
+    return fields
+
+
 def render_instance_test(plan: Plan) -> str:
     model_checks, layer_checks = [], []
     if plan.norm:
@@ -596,7 +784,7 @@ def render_instance_test(plan: Plan) -> str:
     return render.render(
         "autopatch/instance_patch_test.py.j2",
         **plan.context(),
-        test_config=mini_config(plan, MINI_TEST_CONFIG),
+        test_config=buildable_test_config(plan),
         model_checks=model_checks,
         layer_checks=layer_checks,
         extra_imports=[plan.mlp.test_import] if plan.mlp and plan.mlp.test_import else [],

@@ -33,6 +33,22 @@ IN_PLACE_TOLERANCE = 1e-3
 NO_MATCH = "no candidate reproduces the HF module (residuals in the evidence)"
 
 
+class UnbuildableModel(Exception):
+    """The base model could not be built and run on the CPU at any tiny size: why, and whether its own default
+    config builds it (on the meta device) -- the difference between our tiny config and the model's own bug."""
+
+    def __init__(self, config_class, base_class, error: Exception):
+        self.config_class, self.base_class, self.error = config_class, base_class, error
+        default_error = None
+        try:
+            with torch.device("meta"):
+                base_class(config_class())
+        except Exception as exc:
+            default_error = exc
+        self.default_builds = default_error is None
+        super().__init__(f"{type(error).__name__}: {str(error)[:200]}")
+
+
 class NotApplicable(Exception):
     """The candidate cannot run on this module (a missing projection, a shape it does not handle)."""
 
@@ -646,6 +662,8 @@ TINY_CONFIG = {
     "num_local_experts": 4,
     "n_routed_experts": 4,
     "num_experts_per_tok": 2,
+    "n_shared_experts": 1,  # Dots1's default None builds no model; its checkpoints have shared experts
+    "rotary_dim": 8,  # CodeGen / GPT-J: a partial rotary width within the tiny head_dim
     "n_group": 1,
     "topk_group": 1,
     "first_k_dense_replace": 1,
@@ -657,6 +675,9 @@ TINY_CONFIG = {
     "v_head_dim": 16,
     "sliding_window": 64,
     "pad_token_id": 0,
+    # training runs without a KV cache; a tiny hybrid whose layers are all Mamba / linear attention (Jamba, Bamba,
+    # Kimi-Linear) has no attention layer for the cache to measure and fails a cached forward
+    "use_cache": False,
     # the rest keep a tiny model tiny where a family adds its own wide parts
     "vocab_size_per_layer_input": 128,  # Gemma 3n/4 per-layer embeddings
     "hidden_size_per_layer_input": 16,
@@ -675,10 +696,44 @@ TINY_CONFIG = {
 STRUCTURE_FIELDS = ("num_hidden_layers", "first_k_dense_replace")
 
 
+# What sizes the model (the tiny model stays tiny only with these): never dropped to satisfy a validator.
+SIZE_FIELDS = ("hidden_size", "intermediate_size", "moe_intermediate_size", "vocab_size", "max_position_embeddings")
+# Fields of a config class that its tiny model could not be built or run with (found by TinyModel.build): its
+# default stands for them, here and in every later tiny config of that class (verify's CPU numerics included).
+_UNBUILDABLE: dict[type, tuple[str, ...]] = {}
+
+
+def _settable(config_class, name: str) -> bool:
+    """Falcon's `head_dim` is a read-only property computed from the other fields: it cannot be passed in."""
+    attr = getattr(config_class, name, None)
+    return not (isinstance(attr, property) and attr.fset is None)
+
+
+def _constructs(config_class, kwargs: dict) -> Exception | None:
+    try:
+        config_class(**kwargs)
+    except Exception as exc:  # strict validators (GPT-Neo's layer pattern, Mamba-2's head arithmetic, ZAYA's top-1)
+        return exc
+    return None
+
+
 def tiny_config_kwargs(config_class, keep_defaults: tuple[str, ...] = ()) -> dict[str, Any]:
-    """The TINY_CONFIG fields this config class has: what shrinks its model to a CPU-sized one."""
+    """The TINY_CONFIG fields this config class has and accepts: what shrinks its model to a CPU-sized one.
+
+    A field the class's own validator refuses at the tiny size keeps its default (tried one at a time, the
+    size fields never), so a strict config still gets the smallest model it allows."""
     default = config_class()
-    return {k: v for k, v in TINY_CONFIG.items() if has_field(default, k) and k not in keep_defaults}
+    skip = set(keep_defaults) | set(_UNBUILDABLE.get(config_class, ()))
+    kwargs = {
+        k: v for k, v in TINY_CONFIG.items() if has_field(default, k) and k not in skip and _settable(config_class, k)
+    }
+    if _constructs(config_class, kwargs) is None:
+        return kwargs
+    for key in [k for k in kwargs if k not in SIZE_FIELDS]:
+        fewer = {k: v for k, v in kwargs.items() if k != key}
+        if _constructs(config_class, fewer) is None:
+            return fewer
+    return kwargs  # nothing single helps: the validator's own message reaches the caller
 
 
 def tiny_config(config_class, keep_defaults: tuple[str, ...] = ()):
@@ -705,11 +760,32 @@ class TinyModel:
 
     @classmethod
     def build(cls, module, config_class, facts) -> TinyModel:
-        config = tiny_config(config_class)
+        """The tiny base model, built and run once; a field it cannot be built or run with at the tiny size keeps
+        its default (Zamba's shared-layer pattern, GPT-J's rotary_dim). None that works: UnbuildableModel."""
         base_class = getattr(module, facts.base_class)
-        torch.manual_seed(SEED)
-        model = base_class(config).eval()
-        return cls(module, config, config_class, model)
+        built, error = cls._try(module, config_class, base_class)
+        if built:
+            return built
+        tried = tiny_config_kwargs(config_class)
+        for key in [k for k in tried if k not in SIZE_FIELDS]:
+            _UNBUILDABLE[config_class] = (*_UNBUILDABLE.get(config_class, ()), key)
+            built, _ = cls._try(module, config_class, base_class)
+            if built:
+                return built
+            _UNBUILDABLE[config_class] = _UNBUILDABLE[config_class][:-1]
+        raise UnbuildableModel(config_class, base_class, error)
+
+    @classmethod
+    def _try(cls, module, config_class, base_class) -> tuple[TinyModel | None, Exception | None]:
+        try:
+            config = tiny_config(config_class)
+            torch.manual_seed(SEED)
+            built = cls(module, config, config_class, base_class(config).eval())
+            with torch.no_grad():
+                built.run_forward()
+        except Exception as exc:  # the model's own code refused this config: try the next, report the first
+            return None, exc
+        return built, None
 
     @property
     def num_experts(self) -> int:

@@ -49,7 +49,15 @@ class SourceFile:
 
     @cached_property
     def classes(self) -> dict[str, ast.ClassDef]:
-        return {n.name: n for n in self.tree.body if isinstance(n, ast.ClassDef)}
+        """Top-level classes, and those defined under a top-level `if` (xLSTM defines its blocks in both arms of
+        `if is_xlstm_available():`; the last arm, the file's own implementation, wins)."""
+        nested: dict[str, ast.ClassDef] = {}
+        for node in self.tree.body:
+            if isinstance(node, ast.If):
+                for inner in [*node.body, *node.orelse]:
+                    if isinstance(inner, ast.ClassDef):
+                        nested[inner.name] = inner
+        return {**nested, **{n.name: n for n in self.tree.body if isinstance(n, ast.ClassDef)}}
 
     @cached_property
     def functions(self) -> dict[str, ast.FunctionDef]:
@@ -172,6 +180,13 @@ def modeling_path(module_name: str, class_name: str) -> Path:
     for path in candidates:
         if path.is_file() and needle in path.read_text():
             return path
+    if folder.is_dir() and not any(folder.glob("modeling_*.py")):
+        # exaone, internlm3: a config of its own, the causal LM class of another model (LlamaForCausalLM)
+        raise PipelineError(
+            f"{module_name} has no modeling file of its own: transformers runs it with {class_name}, another "
+            f"model's class, so that model's Liger patch (if any) is what applies to it",
+            hint=f"patch the model whose modeling file defines {class_name}",
+        )
     raise PipelineError(f"no modeling file under {folder} defines {class_name}", hint="is transformers installed?")
 
 

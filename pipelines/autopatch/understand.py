@@ -25,6 +25,7 @@ from pipelines.autopatch.profile import Method
 from pipelines.autopatch.profile import Profile
 from pipelines.autopatch.profile import Status
 from pipelines.autopatch.resolve import ModelRef
+from pipelines.autopatch.resolve import mappings
 from pipelines.autopatch.resolve import resolve
 from pipelines.autopatch.source import SourceFile
 from pipelines.autopatch.source import called_names
@@ -42,6 +43,8 @@ _NORM_EXTERNAL = {
     "torch.nn.LayerNorm": "layer",
     "nn.RMSNorm": "rms",
     "torch.nn.RMSNorm": "rms",
+    "LayerNorm": "layer",  # `from torch.nn import LayerNorm` (BLOOM); a class of that name in the file is read first
+    "RMSNorm": "rms",
 }
 MOE_OUTPUT_FIELDS = {"aux_loss", "router_logits"}
 MOE_LOSS_FIELD = "aux_loss"
@@ -57,8 +60,10 @@ class Facts:
     base_class: str = ""
     layers_attr: str = "layers"
     decoder_class: str = ""
+    decoder_alternatives: tuple[str, ...] = ()  # other classes a layer may be (hybrid stacks), patched if present
     attn_attr: str | None = None
     attn_class: str | None = None
+    attn_alternatives: tuple[str, ...] = ()  # other classes the same attribute may hold (hybrid linear attention)
     mlp_attr: str | None = None
     mlp_classes: tuple[str, ...] = ()
     moe_classes: tuple[str, ...] = ()
@@ -82,7 +87,7 @@ class Facts:
 
 def norm_family(src: SourceFile, class_name: str) -> str | None:
     """ "rms" / "layer" for a norm class (by name or an nn base), None for anything that is not a norm."""
-    if class_name in _NORM_EXTERNAL:
+    if class_name in _NORM_EXTERNAL and class_name not in src.classes:
         return _NORM_EXTERNAL[class_name]
     if class_name not in src.classes:
         return None
@@ -128,6 +133,8 @@ def _norm_assignments(src: SourceFile, class_name: str | None) -> dict[str, tupl
     for assign in src.self_assignments(class_name) if class_name else []:
         if built_without_weight(assign.node):
             continue
+        if any(norm_family(src, cls) and not has_weight(src, cls) for cls in assign.classes):
+            continue  # AXK2: `GatedRMSNorm(config) if ... else RMSNorm(...)`: the instance may have no weight
         for cls in assign.classes:
             if norm_family(src, cls) and has_weight(src, cls) and assign.attr not in found:
                 found[assign.attr] = (cls, assign.node)
@@ -154,26 +161,77 @@ def _read_base(facts: Facts) -> None:
                 facts.base_attr, facts.base_class = assign.attr, local[0]
                 facts.cite("identity", assign.node)
                 return
-    raise PipelineError(f"{causal} in {src.relative} builds no base model with decoder layers", hint="not a decoder?")
+    raise PipelineError(
+        f"{causal} in {src.relative} builds no base model whose own attribute `layers`, `h` or `blocks` holds the "
+        "decoder layers (they sit a level deeper, as OPT's model.decoder.layers, or the model is no decoder stack); "
+        "the generated forward and instance patch read base_model.<layers>",
+        hint="not a decoder-only stack autopatch can lay out",
+    )
 
 
 def _read_decoder(facts: Facts) -> None:
     src = facts.src
     init = src.method(facts.base_class, "__init__")
     built = [n for n in _local(src, called_names(init)) if "Layer" in n or "Block" in n] if init else []
+    built = built or _layer_table_classes(src, init)
     for assign in src.self_assignments(facts.base_class):
         layer_classes = [c for c in _local(src, assign.classes) if src.method(c, "forward")]
+        layer_classes = layer_classes or _built_by_method(src, facts.base_class, assign)
         if assign.attr in ("layers", "h", "blocks") and (layer_classes or built):
-            # the list may be filled in a loop before the assignment (Falcon-H1)
-            facts.layers_attr, facts.decoder_class = assign.attr, (layer_classes or built)[0]
+            # the list may be filled in a loop before the assignment (Falcon-H1), from a table (Jamba), or hold
+            # one of several classes per layer type (OLMo-hybrid): the one with full attention leads
+            classes = _attention_first(src, layer_classes or built)
+            facts.layers_attr, facts.decoder_class = assign.attr, classes[0]
+            facts.decoder_alternatives = tuple(classes[1:])
             facts.cite("identity", assign.node)
             break
     if not facts.decoder_class:
-        raise PipelineError(f"{facts.base_class} has no decoder layer list in {src.relative}")
+        raise PipelineError(
+            f"{facts.base_class} has no decoder layer list of one class defined at the top of {src.relative}: its "
+            "layers are picked from a table per layer type or defined under an `if`, so no single decoder layer "
+            "class carries the norms and MLP the patch would swap",
+            hint="a hybrid of several layer classes needs a hand-written patch",
+        )
     for assign in src.self_assignments(facts.decoder_class):
         local = _local(src, assign.classes)
         if facts.attn_attr is None and any("Attention" in c for c in local):
             facts.attn_attr, facts.attn_class = assign.attr, next(c for c in local if "Attention" in c)
+            facts.attn_alternatives = tuple(c for c in local if "Attention" in c)[1:]
+
+
+def _layer_table_classes(src: SourceFile, init: ast.FunctionDef | None) -> list[str]:
+    """Layer classes a base model picks from a module-level table per layer type
+    (`ALL_DECODER_LAYER_TYPES = {"attention": ..., "mamba": ...}` read in __init__)."""
+    if init is None:
+        return []
+    read = {n.id for n in ast.walk(init) if isinstance(n, ast.Name)}
+    found: list[str] = []
+    for node in src.tree.body:
+        if isinstance(node, ast.Assign) and isinstance(node.value, ast.Dict):
+            names = {getattr(t, "id", None) for t in node.targets}
+            if names & read:
+                found += [v.id for v in node.value.values if isinstance(v, ast.Name) and v.id in src.classes]
+    return [c for c in found if src.method(c, "forward")]
+
+
+def _built_by_method(src: SourceFile, owner: str, assign) -> list[str]:
+    """`self.layers = self.get_layers()` (Zamba2): the layer classes that method builds."""
+    value = getattr(assign.node, "value", None)
+    if not (isinstance(value, ast.Call) and dotted_name(value.func).startswith("self.")):
+        return []
+    method = src.method(owner, dotted_name(value.func).removeprefix("self."))
+    found = _local(src, called_names(method)) if method else []
+    return [c for c in found if ("Layer" in c or "Block" in c) and src.method(c, "forward")]
+
+
+def _attention_first(src: SourceFile, classes: list[str]) -> list[str]:
+    """The layer classes with a (non-linear) attention first: its norms and rotary are what the probes read."""
+
+    def full_attention(cls: str) -> bool:
+        attns = [c for a in src.self_assignments(cls) for c in _local(src, a.classes) if "Attention" in c]
+        return any("Linear" not in c and "Delta" not in c for c in attns)
+
+    return sorted(dict.fromkeys(classes), key=lambda c: not full_attention(c))
 
 
 def _is_moe_block(src: SourceFile, class_name: str) -> bool:
@@ -238,12 +296,26 @@ def _read_norms(facts: Facts) -> None:
     for attr, (cls, node) in _norm_assignments(src, facts.decoder_class).items():
         facts.decoder_norms[attr] = cls
         facts.cite("norm_attrs", node)
+    if facts.decoder_alternatives:  # a norm every layer class has is patched as is, the others where present
+        per_class = [_norm_assignments(src, c) for c in facts.decoder_alternatives]
+        for norms in per_class:
+            for attr, (cls, _) in norms.items():
+                facts.decoder_norms.setdefault(attr, cls)
+        everywhere = {a for a in facts.decoder_norms if all(a in norms for norms in per_class)}
+        primary = set(_norm_assignments(src, facts.decoder_class))
+        uneven = {a for a in facts.decoder_norms if a not in everywhere or a not in primary}
+        uneven |= {facts.attn_attr} if facts.attn_attr else set()
+        uneven |= {f"{facts.attn_attr}.{a}" for a in _norm_assignments(src, facts.attn_class)}
+        facts.optional_norms = tuple(sorted(set(facts.optional_norms) | uneven))
     for attr, (cls, node) in _norm_assignments(src, facts.base_class).items():
         facts.final_norms[attr] = cls
         facts.cite("norm_attrs", node)
     for attr, (cls, node) in _norm_assignments(src, facts.attn_class).items():
         facts.attn_norms[attr] = cls
         facts.cite("norm_attrs", node)
+    if facts.attn_alternatives:  # Bailing-hybrid: `Attention(...) if full else DeltaAttention(...)`
+        optional = {f"{facts.attn_attr}.{a}" for a in facts.attn_norms}
+        facts.optional_norms = tuple(sorted(set(facts.optional_norms) | optional))
 
 
 def _read_rotary(facts: Facts) -> None:
@@ -453,7 +525,12 @@ def decide_output_class(facts: Facts) -> Decision:
     for node in ast.walk(forward):
         if isinstance(node, ast.Return) and isinstance(node.value, ast.Call):
             name = called_names(node.value)[0].rsplit(".", 1)[-1]
-            fields = {kw.arg for kw in node.value.keywords}
+            # `aux_loss=None  # Not used in this model` (HY-V3) carries no load-balancing loss
+            fields = {
+                kw.arg
+                for kw in node.value.keywords
+                if not (isinstance(kw.value, ast.Constant) and kw.value.value is None)
+            }
             # decision-matrix rule 9: "MoE (has aux_loss)"; router_logits alone are only returned on request
             moe = MOE_LOSS_FIELD in fields
             value = "LigerMoeCausalLMOutputWithPast" if moe else "LigerCausalLMOutputWithPast"
@@ -490,11 +567,20 @@ def _calls_lm_head(node: ast.AST) -> bool:
     return any(isinstance(n, ast.Call) and dotted_name(n.func) == "self.lm_head" for n in ast.walk(node))
 
 
+def _slices_the_vocabulary(index: ast.AST) -> bool:
+    """`logits[..., :n]` / `logits[:, :, :n]`: fewer classes for the softmax, not a view of the same logits."""
+    parts = index.elts if isinstance(index, ast.Tuple) else [index]
+    last = parts[-1]
+    whole = isinstance(last, ast.Slice) and last.lower is None and last.upper is None and last.step is None
+    reaches_last = any(isinstance(p, ast.Constant) and p.value is Ellipsis for p in parts) or len(parts) >= 3
+    return reaches_last and not whole
+
+
 def _passes_through(value: ast.AST, logits: set[str]) -> bool:
     if isinstance(value, ast.Name):
         return value.id in logits
     if isinstance(value, ast.Subscript):
-        return _passes_through(value.value, logits)
+        return not _slices_the_vocabulary(value.slice) and _passes_through(value.value, logits)
     if isinstance(value, ast.Call) and isinstance(value.func, ast.Attribute):
         return value.func.attr in _LOGITS_PASS_THROUGH and _passes_through(value.func.value, logits)
     return False
@@ -514,17 +600,125 @@ def _softcaps(stmt: ast.stmt) -> bool:
     return "softcap" in text or dotted_name(getattr(stmt.value, "func", ast.Name(""))) in ("torch.tanh", "tanh")
 
 
+def _scalar_expr(node: ast.AST, forward: ast.FunctionDef) -> str | None:
+    """The source of a scalar the forward reads from the model (`self.logit_scale`, `self.config.logits_scaling`,
+    a number, or a local bound once to one of those), else None: only such a factor may be folded."""
+    if isinstance(node, ast.Constant) and isinstance(node.value, int | float) and not isinstance(node.value, bool):
+        return ast.unparse(node)
+    if isinstance(node, ast.Attribute) and dotted_name(node).startswith("self."):
+        return dotted_name(node)
+    if isinstance(node, ast.Name):
+        bound = [
+            s.value
+            for s in statements(forward.body)
+            if isinstance(s, ast.Assign) and any(getattr(t, "id", None) == node.id for t in s.targets)
+        ]
+        return _scalar_expr(bound[0], forward) if len(bound) == 1 else None
+    return None
+
+
+def _is_logits(node: ast.AST, logits: set[str]) -> bool:
+    """The logits, lm_head's output, or the hidden state on its way there (`outputs.last_hidden_state`)."""
+    if isinstance(node, ast.Attribute) and node.attr == "last_hidden_state":
+        return True
+    return (isinstance(node, ast.Name) and node.id in logits) or _is_lm_head_output(node)
+
+
+def _is_tanh(node: ast.AST) -> bool:
+    return isinstance(node, ast.Call) and dotted_name(node.func).rsplit(".", 1)[-1] == "tanh" and len(node.args) == 1
+
+
+def logits_op(stmt: ast.stmt, logits: set[str], forward: ast.FunctionDef) -> dict | None:
+    """One statement of the forms Liger's fused linear cross entropy can reproduce exactly, as data:
+    `logits * s` / `logits / s` (lm_head is linear and bias-free, so the factor folds into the hidden states, as
+    Liger's own falcon_h1 forward does with `lm_head_multiplier`) and `tanh(logits / c) * c` (FLCE's `softcap`)."""
+    value = stmt.value
+    if isinstance(stmt, ast.AugAssign):
+        if not (isinstance(stmt.op, ast.Mult | ast.Div) and _is_logits(stmt.target, logits)):
+            return None
+        value = ast.BinOp(stmt.target, stmt.op, stmt.value)
+    if not isinstance(value, ast.BinOp) or not isinstance(value.op, ast.Mult | ast.Div):
+        return None
+    left, right = value.left, value.right
+    if isinstance(value.op, ast.Mult) and _is_tanh(left):
+        inner = left.args[0]
+        if isinstance(inner, ast.BinOp) and isinstance(inner.op, ast.Div) and _is_logits(inner.left, logits):
+            cap, outer = _scalar_expr(inner.right, forward), _scalar_expr(right, forward)
+            return {"softcap": cap} if cap and cap == outer else None
+        return None
+    if isinstance(value.op, ast.Mult) and _is_logits(right, logits) and not _is_logits(left, logits):
+        left, right = right, left
+    factor = _scalar_expr(right, forward) if _is_logits(left, logits) else None
+    if factor is None:
+        return None
+    return {"multiply" if isinstance(value.op, ast.Mult) else "divide": factor}
+
+
+def _reads_hidden_state(value: ast.AST, outputs: set[str]) -> bool:
+    """`outputs.last_hidden_state` / `outputs[0]` of what the base model returned."""
+    for node in ast.walk(value):
+        if isinstance(node, ast.Attribute) and node.attr == "last_hidden_state":
+            return getattr(node.value, "id", None) in outputs
+        if isinstance(node, ast.Subscript) and getattr(node.value, "id", None) in outputs:
+            return isinstance(node.slice, ast.Constant) and node.slice.value == 0
+    return False
+
+
+def _hidden_passes_through(value: ast.AST, hidden: set[str], read: bool = False) -> bool:
+    """Slicing (`h[:, idx]`, `slice_logits_to_keep(h, k)`) and casts leave the hidden state's values as they are;
+    `read`: `value` reads the hidden state from the base model's output itself (`outputs.last_hidden_state`)."""
+    if read and isinstance(value, ast.Attribute | ast.Subscript) and not isinstance(value.ctx, ast.Store):
+        if isinstance(value, ast.Attribute) or not _slices_the_vocabulary(value.slice):
+            return True
+    if _passes_through(value, hidden):
+        return True
+    if isinstance(value, ast.Call) and "slice" in dotted_name(value.func):
+        return bool(value.args) and _hidden_passes_through(value.args[0], hidden, read)
+    if isinstance(value, ast.Call) and isinstance(value.func, ast.Attribute):
+        return value.func.attr in _LOGITS_PASS_THROUGH and _hidden_passes_through(value.func.value, hidden, read)
+    return False
+
+
+def lm_head_bias_free(facts: Facts) -> bool:
+    """`self.lm_head = nn.Linear(..., bias=False)` in the CausalLM: a scale on the logits folds into the hidden
+    states only when there is no bias to scale with them."""
+    for assign in facts.src.self_assignments(facts.ref.causal_lm_class):
+        if assign.attr == "lm_head" and isinstance(getattr(assign.node, "value", None), ast.Call):
+            return any(
+                kw.arg == "bias" and isinstance(kw.value, ast.Constant) and kw.value.value is False
+                for kw in assign.node.value.keywords
+            )
+    return False
+
+
 def decide_logits_transform(facts: Facts) -> Decision:
     """Settled None when CausalLM.forward passes lm_head's output to the loss untouched (slicing, casts and
-    softcapping aside); needs review, citing each statement, when it scales or otherwise transforms the logits."""
+    config-driven softcapping aside); settled with the ops as data (`[{"multiply": "self.logit_scale"}]`,
+    `[{"softcap": "cap"}]`) when every transform is one Liger's FLCE reproduces exactly; needs review, citing each
+    statement, otherwise."""
     forward = _causal_forward(facts)
     logits: set[str] = set()
+    outputs: set[str] = set()  # what self.<base>(...) returned
+    hidden: set[str] = set()  # the base model's last hidden state, on its way to lm_head
     extra: list[ast.stmt] = []
     for stmt in statements(forward.body):
         if not isinstance(stmt, ast.Assign | ast.AugAssign | ast.AnnAssign) or stmt.value is None:
             continue
         targets = stmt.targets if isinstance(stmt, ast.Assign) else [stmt.target]
         names = {t.id for t in targets if isinstance(t, ast.Name)}
+        if isinstance(stmt.value, ast.Call) and dotted_name(stmt.value.func) == f"self.{facts.base_attr}":
+            outputs |= names
+            continue
+        if not logits and _reads_hidden_state(stmt.value, outputs):
+            hidden |= names
+            if not _hidden_passes_through(stmt.value, hidden, read=True):  # read and scaled at once (Inkling)
+                extra.append(stmt)
+            continue
+        if not logits and names & hidden and not _calls_lm_head(stmt.value):
+            # MiniCPM3: `hidden_states = hidden_states / self.config.logits_scaling` before lm_head
+            if isinstance(stmt, ast.AugAssign) or not _hidden_passes_through(stmt.value, hidden):
+                extra.append(stmt)
+            continue
         if _calls_lm_head(stmt.value):
             logits |= names
             if not _is_lm_head_output(stmt.value):  # Falcon-H1: self.lm_head(h) * self.model.lm_head_multiplier
@@ -541,8 +735,15 @@ def decide_logits_transform(facts: Facts) -> Decision:
         evidence = (facts.src.evidence(forward, max_lines=40),)
         return Decision(None, Method.AST, evidence, Status.SETTLED, "lm_head's output reaches the loss unchanged")
     found = "; ".join(ast.unparse(s) for s in extra)
-    reason = f"the logits are transformed between lm_head and the loss: {found}"
     evidence = tuple(facts.src.evidence(s) for s in extra)
+    ops = [logits_op(s, logits | hidden, forward) for s in extra]
+    scales_only = all(ops) and not any("softcap" in op for op in ops) and lm_head_bias_free(facts)
+    if scales_only or (len(ops) == 1 and ops[0] and "softcap" in ops[0]):
+        reason = f"the logits are transformed between lm_head and the loss: {found}; FLCE reproduces it exactly"
+        return Decision(ops, Method.AST, evidence, Status.SETTLED, reason)
+    reason = f"the logits are transformed between lm_head and the loss: {found}"
+    if all(ops) and not lm_head_bias_free(facts):
+        reason += " (lm_head has a bias: the scale cannot be folded into the hidden states)"
     return Decision(found, Method.AST, evidence, Status.NEEDS_REVIEW, reason)
 
 
@@ -582,7 +783,10 @@ def decide_norm_semantics(facts: Facts, built: probes.TinyModel) -> dict[str, De
         return {"rms_casting_mode": none, "rms_offset": none}
     results = {}
     for cls_name, module in norms.items():
-        results[cls_name] = probes.probe_norm(module, built.hidden_size_of(module))
+        try:
+            results[cls_name] = probes.probe_norm(module, built.hidden_size_of(module))
+        except Exception as exc:  # LongCat's norm attribute is a ModuleList: no single norm to run
+            results[cls_name] = probes.ProbeResult(None, [], {}, f"the probe cannot run {cls_name}: {_brief(exc)}")
     first_cls = next(iter(norms))
     first = results[first_cls]
     node = facts.src.method(first_cls, "forward") or facts.src.classes.get(first_cls)
@@ -604,15 +808,37 @@ def decide_norm_semantics(facts: Facts, built: probes.TinyModel) -> dict[str, De
     return {"rms_casting_mode": casting, "rms_offset": offset_d, "_family": family}
 
 
+def _brief(exc: Exception) -> str:
+    return f"{type(exc).__name__}: {' '.join(str(exc).split())[:160]}"
+
+
+def _probe_or_why(probe, module, *args) -> probes.ProbeResult:
+    """The probe's result, or an unsettled one saying why it could not run (JetMoE's experts refuse a call)."""
+    try:
+        return probe(module, *args)
+    except Exception as exc:
+        return probes.ProbeResult(None, [], {}, f"the probe cannot run {type(module).__name__}: {_brief(exc)}")
+
+
+NO_MLP_REASON = (
+    "the decoder layer has no MLP attribute (mixer-only layers, as in Mamba; or a feed-forward written inline): "
+    "no Liger MLP module to swap in, the norms and the loss are patched (as Liger's falcon_h1 patches its mixers' "
+    "neighbours)"
+)
+
+
 def decide_mlp_kind(facts: Facts, built: probes.TinyModel) -> Decision:
+    if not facts.mlp_attr:
+        evidence = (facts.src.evidence(facts.src.classes[facts.decoder_class], max_lines=20),)
+        return Decision("none", Method.AST, evidence, Status.SETTLED, NO_MLP_REASON)
     found: list[tuple[str, probes.ProbeResult]] = []
     dense = built.dense_mlp(facts)
     if dense is not None:
-        found.append((type(dense).__name__, probes.probe_mlp(dense, built.config.hidden_size)))
+        found.append((type(dense).__name__, _probe_or_why(probes.probe_mlp, dense, built.config.hidden_size)))
     experts = built.experts(facts)
     if experts is not None:
-        result = probes.probe_experts(experts, built.config.hidden_size, built.num_experts, built.top_k)
-        found.append((type(experts).__name__, result))
+        args = (built.config.hidden_size, built.num_experts, built.top_k)
+        found.append((type(experts).__name__, _probe_or_why(probes.probe_experts, experts, *args)))
     if not found:
         return Decision(None, Method.PROBE, (), Status.NEEDS_REVIEW, "no MLP or experts module found to probe")
     evidence = []
@@ -644,6 +870,9 @@ def decide_mlp_kind(facts: Facts, built: probes.TinyModel) -> Decision:
 def decide_structure(facts: Facts, built: probes.TinyModel) -> Decision:
     kinds = built.layer_kinds(facts)  # per layer of the default config: "moe" | "dense"
     evidence = tuple(facts.evidence.get("structure", ()))
+    if not facts.mlp_attr:
+        evidence = (facts.src.evidence(facts.src.classes[facts.decoder_class], max_lines=20),)
+        return Decision("dense", Method.AST, evidence, Status.SETTLED, f"no experts to route; {NO_MLP_REASON}")
     if not kinds:
         return Decision(None, Method.PROBE, evidence, Status.NEEDS_REVIEW, "no MLP attribute on the decoder layer")
     counts = {k: kinds.count(k) for k in sorted(set(kinds))}
@@ -660,6 +889,14 @@ def decide_rope(facts: Facts, built: probes.TinyModel) -> Decision:
         return Decision("none", Method.AST, evidence, Status.SETTLED, "the attention calls no rotary function")
     node = facts.src.functions[facts.rotary_fn]
     evidence = facts.src.evidence(node, max_lines=40)
+    other_layout = _rotary_calls_in_another_layout(facts)
+    if other_layout is not None:
+        reason = (
+            f"{facts.rotary_fn} is also called as `{ast.unparse(other_layout).strip()[:120]}` (line "
+            f"{other_layout.lineno}): tensors laid out [batch, seq, heads, head_dim]; Liger's rope kernel takes "
+            "[batch, heads, seq, head_dim] only, and the module-level swap would reach that call too"
+        )
+        return Decision("none", Method.AST, (facts.src.evidence(other_layout), evidence), Status.SETTLED, reason)
     call = built.capture_rotary(facts)
     if call is None:
         reason = f"{facts.rotary_fn} was not called by a forward pass of the tiny model"
@@ -675,6 +912,18 @@ def decide_rope(facts: Facts, built: probes.TinyModel) -> Decision:
         result = probes.ProbeResult("none", [], result.residuals)
         reason = f"none of Liger's rotary kernels reproduces {facts.rotary_fn}: {_why_not(result)}"
     return _probe_decision(result, result.value, evidence, reason)
+
+
+def _rotary_calls_in_another_layout(facts: Facts) -> ast.Call | None:
+    """A call of the rotary function anywhere in the file with `unsqueeze_dim` other than 1 (HY-V4's indexer),
+    which the probe's first captured call would not show."""
+    for call in ast.walk(facts.src.tree):
+        if not isinstance(call, ast.Call) or dotted_name(call.func) != facts.rotary_fn:
+            continue
+        dims = [kw.value for kw in call.keywords if kw.arg == "unsqueeze_dim"] + call.args[4:5]
+        if any(not (isinstance(d, ast.Constant) and d.value == 1) for d in dims):
+            return call
+    return None
 
 
 def _experts_convention(facts: Facts, built: probes.TinyModel) -> str | None:
@@ -737,6 +986,35 @@ def identity(facts: Facts, built: probes.TinyModel) -> Identity:
     )
 
 
+def _where(error: Exception) -> str:
+    """The innermost transformers frame of an exception (`transformers/models/x/modeling_x.py:560`)."""
+    import traceback
+
+    frames = [f for f in traceback.extract_tb(error.__traceback__) if "/transformers/" in f.filename]
+    if not frames:
+        return ""
+    path = frames[-1].filename
+    return f" at {path[path.rindex('/transformers/') + 1 :]}:{frames[-1].lineno}"
+
+
+def build_tiny(ref: ModelRef, module, config_class, facts: Facts) -> probes.TinyModel:
+    """The probes' tiny model, or a refusal that says why none can be built (a crash here would be our bug)."""
+    try:
+        return probes.TinyModel.build(module, config_class, facts)
+    except probes.UnbuildableModel as exc:
+        what = f"{type(exc.error).__name__}: {' '.join(str(exc.error).split())[:240]}{_where(exc.error)}"
+        multimodal = ref.model_type in mappings().multimodal
+        if not exc.default_builds:
+            why = f"transformers' own default {config_class.__name__}() cannot build {facts.base_class} either"
+        else:
+            why = f"{facts.base_class} cannot be built and run at any CPU-sized config (its default config builds)"
+        raise PipelineError(
+            f"{ref.model_type}: the probes' tiny model fails ({what}); {why}"
+            + ("; it is an image-text model whose text part has no model_type of its own" if multimodal else ""),
+            hint="nothing can be proven about this model on the CPU; patch it by hand or fix the modeling code",
+        ) from None
+
+
 def understand(name: str) -> Profile:
     ref = resolve(name)
     facts = read_facts(ref)
@@ -745,7 +1023,7 @@ def understand(name: str) -> Profile:
     package = f"transformers.models.{ref.module_name}"
     module = importlib.import_module(f"{package}.{facts.src.path.stem}")
     config_module = importlib.import_module(f"{package}.{config_path.stem}") if config_path else module
-    built = probes.TinyModel.build(module, getattr(config_module, ref.config_class), facts)
+    built = build_tiny(ref, module, getattr(config_module, ref.config_class), facts)
 
     norm = decide_norm_semantics(facts, built)
     norm_type = decide_norm_type(facts)

@@ -104,7 +104,7 @@ def test_scan_json_on_a_real_checkout(liger_checkout):
     assert status is ExitStatus.OK, err
     result = json.loads(out)
     verdicts = {row["model_type"]: row["verdict"] for row in result["models"]}
-    assert verdicts == {"llama": "supported", "bert": "not applicable"}
+    assert verdicts == {"llama": "supported", "bert": "refused"}
     assert result["counts"]["supported"] == 1
 
 

@@ -105,11 +105,11 @@ def test_bad_input_exits_non_zero_with_a_message_and_leaves_the_checkout_exactly
     assert repository_state(liger_checkout) == before
 
 
-def test_a_logits_transform_is_refused_with_its_evidence(liger_checkout):
+def test_a_forward_act_cannot_reproduce_is_refused_with_its_evidence(liger_checkout):
     before = snapshot(liger_checkout.root)
-    status, _, err = run(["autopatch", "granitemoe", "--repo", str(liger_checkout.root)])
+    status, _, err = run(["autopatch", "rwkv", "--repo", str(liger_checkout.root)])
     assert status is ExitStatus.REFUSED
-    assert "logits / self.config.logits_scaling" in err and "modeling_granitemoe.py:" in err
+    assert "calls no self.lm_head" in err and "modeling_rwkv.py:" in err
     assert snapshot(liger_checkout.root) == before
     assert liger_checkout.git.run("branch", "--list").split() == ["*", "main"]
 

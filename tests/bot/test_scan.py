@@ -51,16 +51,18 @@ def test_scan_classifies_every_causal_lm_against_the_registry(server, app, liger
     supported = target_registry(liger_checkout.monkey_patch)
     assert {m for m, r in rows.items() if r["verdict"] == Verdict.SUPPORTED.value} == supported & set(rows)
     assert rows["llama"]["reason"] == "apply_liger_kernel_to_llama"
-    assert rows["xglm"]["verdict"] == "needs review" and "rope" in rows["xglm"]["reason"]
-    assert (
-        rows["bert-generation"]["verdict"] == "not applicable"
-        and "not a decoder-only" in rows["bert-generation"]["reason"]
-    )
+    # a decision left for review that act can leave out: a partial patch, saying what is left out and how to add it
+    xglm = rows["xglm"]
+    assert xglm["verdict"] == "partial" and "Left out: RoPE" in xglm["reason"], xglm
+    assert "/liger set rope=standard" in xglm["reason"]
+    assert rows["qwen3_next"]["verdict"] == "supported"
+    assert rows["bert-generation"]["verdict"] == "refused" and "not a decoder-only" in rows["bert-generation"]["reason"]
     _, body = dashboard(app)
-    patchable = [r for r in rows.values() if r["verdict"] == "patchable"]
-    assert patchable and all(f"- [ ] `{r['model_type']}` {r['class']}" in body for r in patchable)
+    startable = [r for r in rows.values() if r["verdict"] in ("patchable", "partial")]
+    assert startable and all(f"- [ ] `{r['model_type']}` {r['class']}" in body for r in startable)
+    assert f"- [ ] `xglm` {xglm['class']}: Left out: RoPE" in body
     assert "- [ ] `llama`" not in body  # supported models get no checkbox
-    assert body.count("- [ ] `") == sum(1 for r in rows.values() if r["verdict"] == "patchable")
+    assert body.count("- [ ] `") == len(startable)
 
     say(server, app, "/liger scan")  # a second scan edits the same issue
     assert len([i for i in app.forge.state["issues"].values() if i["title"] == DASHBOARD_TITLE]) == 1
@@ -96,3 +98,17 @@ def test_newly_ticked_compares_before_and_after():
     before = "- [x] `a` A\n- [ ] `b` B\n- [ ] `c` C"
     assert newly_ticked(before, "- [x] `a` A\n- [X] `b` B\n- [ ] `c` C") == ["b"]
     assert newly_ticked(None, "- [x] `a` A") == ["a"]
+
+
+def test_classification_follows_acts_plan_on_real_models():
+    """Real understand + act.plan: every kernel applied, some left out (which, why, the command), or refused."""
+    from bot.scan import classify
+    from pipelines.autopatch.understand import understand
+
+    rows = {m: classify(m, f"{m}ForCausalLM", {"llama"}, None, understand) for m in ("hyperclovax", "phi", "dbrx")}
+    assert rows["hyperclovax"].verdict is Verdict.PATCHABLE  # its logit scale folds into FLCE: nothing left out
+    assert "FusedLinearCrossEntropy" in rows["hyperclovax"].reason
+    phi = rows["phi"]
+    assert phi.verdict is Verdict.PARTIAL and "Left out: the MLP (PhiMLP)" in phi.reason
+    assert "`/liger kernel gelu_new`" in phi.reason
+    assert rows["dbrx"].verdict is Verdict.REFUSED and "cannot build DbrxModel" in rows["dbrx"].reason

@@ -15,9 +15,18 @@ def _extras(plan: act.Plan) -> dict:
         "params": act._forward_params(plan),
         "model_args": [n for n in names if n not in act.NOT_FORWARDED],
         "hidden_states": "outputs.last_hidden_state",
-        "softcapping": plan.model_type == "gemma",
+        # gemma: a config softcap; hyperclovax: its logit scale folded into the hidden states
+        "softcap": "self.config.final_logit_softcapping" if plan.model_type == "gemma" else None,
+        "scaled_hidden_states": "kept_hidden_states * self.config.logits_scaling"
+        if plan.model_type == "hyperclovax"
+        else None,
+        "logits_statements": ["logits = logits * self.config.logits_scaling"]
+        if plan.model_type == "hyperclovax"
+        else [],
         "output_class": plan.profile.value("output_class"),
-        "cache_field": "cache",
+        "output_fields": ["cache", "hidden_states"]
+        if plan.model_type == "nemotron"
+        else ["cache", "hidden_states", "attentions"],
         "lm_head_helper_module": "liger_kernel.transformers.model.llama",
         "uses_cache_type": True,
         "test_config": [("hidden_size", "32"), ("num_hidden_layers", "2")],

@@ -65,7 +65,8 @@ def test_interleaved_rope_is_not_patched_and_said_so(helium):
         "apply_rotary_pos_emb = liger_rotary_pos_emb"
         not in _text(checkout, act.MONKEY_PATCH).split("def apply_liger_kernel_to_helium(")[1].split("\ndef ")[0]
     )
-    assert any("RoPE is not patched" in note for note in changeset.notes)
+    (note,) = [note for note in changeset.notes if note.startswith("Left out: RoPE")]
+    assert "Why: the model's rotary embedding is" in note and "To add it:" in note
 
 
 def _neighbours(keys, key):
@@ -171,11 +172,19 @@ def test_insert_element_adds_a_trailing_comma():
     assert list(ast.literal_eval(out.split("=", 1)[1])) == ["a", "b", "c"]
 
 
-def test_act_refuses_a_model_whose_forward_scales_the_logits():
-    from pipelines.autopatch.understand import understand
+def test_act_refuses_a_logits_transform_flce_cannot_reproduce():
+    from dataclasses import replace
 
-    with pytest.raises(PipelineError, match=r"logits / self\.config\.logits_scaling.*modeling_granite\.py:\d+"):
-        act.plan(understand("granite"))
+    from pipelines.autopatch.profile import Decision
+    from pipelines.autopatch.profile import Evidence
+    from pipelines.autopatch.profile import Method
+    from pipelines.autopatch.profile import Status
+
+    where = Evidence("transformers/models/x/modeling_x.py", (9, 9), "logits = logits + self.bias")
+    check = Decision("logits = logits + self.bias", Method.AST, (where,), Status.NEEDS_REVIEW, "logits transformed")
+    profile = replace(hand_profile("llama"), checks={"logits_transform": check})
+    with pytest.raises(PipelineError, match=r"logits transformed.*modeling_x\.py:9"):
+        act.plan(profile)
 
 
 def _case_values(source, name):

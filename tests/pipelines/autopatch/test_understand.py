@@ -234,14 +234,20 @@ def test_probe_decisions_report_every_candidates_residual(profiles):
     assert probe["candidates"]["rms/gemma/offset=0"]["bf16"] > 0  # bf16 tells llama and gemma casting apart
 
 
-def test_a_logits_transform_between_lm_head_and_the_loss_needs_review():
+def test_a_logit_scale_between_lm_head_and_the_loss_is_settled_as_data_with_its_evidence():
     granite = understand("granite").checks["logits_transform"]
-    assert granite.status is Status.NEEDS_REVIEW and granite.method is Method.AST
-    assert "logits_scaling" in granite.reason
+    assert granite.status is Status.SETTLED and granite.method is Method.AST
+    assert granite.value == [{"divide": "self.config.logits_scaling"}] and "logits_scaling" in granite.reason
     (evidence,) = granite.evidence
     assert evidence.file == "transformers/models/granite/modeling_granite.py" and "logits_scaling" in evidence.snippet
     source = (site_packages() / evidence.file).read_text().splitlines()
     assert "logits_scaling" in source[evidence.lines[0] - 1]
-    # slicing and Gemma 2's softcapping (a decision of its own) are not transforms of that kind
+    # slicing and Gemma 2's config softcapping (a decision of its own) are no transform at all
     for model in ("llama", "gemma2"):
-        assert understand(model).checks["logits_transform"].status is Status.SETTLED
+        check = understand(model).checks["logits_transform"]
+        assert check.status is Status.SETTLED and check.value is None
+
+
+def test_a_forward_without_lm_head_needs_review():
+    check = understand("rwkv").checks["logits_transform"]
+    assert check.status is Status.NEEDS_REVIEW and "calls no self.lm_head" in check.reason

@@ -115,6 +115,8 @@ spec = json.loads(sys.argv[1])
 torch.manual_seed(0)
 config_cls = getattr(importlib.import_module(spec["config_module"]), spec["config_class"])
 config = config_cls(**spec["config"])
+for name, value in spec["after"].items():  # set past the config's validator (a float-typed softcap set to None)
+    setattr(config, name, value)
 modeling = importlib.import_module(spec["modeling_module"])
 model_cls = getattr(modeling, spec["causal_lm_class"])
 reference = model_cls(config).float().eval()  # dropout off (Seed-OSS: residual_dropout 0.1)
@@ -156,9 +158,10 @@ def gate_cpu_numerics(profile: Profile, root: Path, runner: Runner) -> GateResul
     the_plan = act.plan(profile)
     # the probes' tiny config: understand already ran this model at that size (MLA, experts and all)
     config = probes.tiny_config_kwargs(act.config_class(the_plan))
-    softcap_off = bool(profile.value("logit_softcapping"))
+    softcap_off, after = bool(profile.value("logit_softcapping")), {}
     if softcap_off:  # Liger's softcap path (`softcap.to(tl.float32)` on a scalar) does not run in the interpreter
-        config["final_logit_softcapping"] = None
+        config.pop("final_logit_softcapping", None)
+        after["final_logit_softcapping"] = None
     spec = {
         "model_type": profile.model_type,
         "config_module": the_plan.config_module,
@@ -166,6 +169,7 @@ def gate_cpu_numerics(profile: Profile, root: Path, runner: Runner) -> GateResul
         "modeling_module": profile.identity.modeling_module,
         "causal_lm_class": profile.identity.causal_lm_class,
         "config": config,
+        "after": after,
     }
     env = {**target_env(), "TRITON_INTERPRET": "1"}
     proc = runner.run([sys.executable, "-c", NUMERICS_SCRIPT, json.dumps(spec)], root, env, 600)

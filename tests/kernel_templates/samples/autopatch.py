@@ -34,6 +34,7 @@ def _extras(plan: act.Plan) -> dict:
         "layer_checks": [{"before": "layer.mlp is not None", "after": "layer.mlp is not None"}],
         "extra_imports": ["from liger_kernel.transformers import LigerReLUSquared"],
         "mini_config": [("hidden_size", "1024"), ("vocab_size", "32000")],
+        "attn_implementation": "eager",
         "lr": "1e-5",
         "dtype": "bfloat16" if plan.moe else "float32",
         "tolerances": ["1e-2", "5e-2", "1e-1", "1e-2", "1e-2", "1e-2"],

@@ -47,8 +47,6 @@ def test_wrong_rms_offset_diverges(tmp_path, liger_template):
     # the motivating case: an offset of 1 on a Llama-style norm passed every CPU gate before this one
     profile = hand_profile("seed_oss").with_overrides({"rms_offset": 1.0})
     checkout = patched_checkout(tmp_path / "liger-kernel", profile)
-    for gate in (verify.gate_import, verify.gate_instance_patching):
-        assert gate(profile, checkout.root, CPU).status is GateStatus.PASS
     gate = verify.gate_whole_model(profile, checkout.root, CPU)
     assert gate.status is GateStatus.FAIL and gate.hard
     assert "class: DIVERGES" in gate.detail and "instance: DIVERGES" in gate.detail

@@ -17,15 +17,15 @@ def test_cut_spec_holds_exactly_our_operations():
     assert document["info"]["version"] == "23.0.2"
 
 
-def test_loads_and_validates_well_under_a_second():
-    """Parsing the file and building openapi-core's validator (imports excluded: they are paid once anyway)."""
-    code = (
-        "import time, json; from openapi_core import OpenAPI; from tests.github_standin import spec; "
-        "t = time.perf_counter(); OpenAPI.from_dict(json.loads(spec.SPEC_PATH.read_text())); "
-        "print(time.perf_counter() - t)"
-    )
-    seconds = float(subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout)
-    assert seconds < 1.0  # about 0.2 s here
+def test_the_cut_spec_is_small_and_builds_a_validator():
+    """The cut keeps the stand-in's spec small (the full description is ~10 MB); its load time, ~0.2 s, is a speed
+    figure for a benchmark, not a timed test: on a loaded 2-core host it swung past 2 s."""
+    document = json.loads(spec.SPEC_PATH.read_text())
+    assert len(document["paths"]) <= 40 and spec.SPEC_PATH.stat().st_size < 1_000_000
+    code = "import json; from openapi_core import OpenAPI; from tests.github_standin import spec; "
+    code += "print(len(OpenAPI.from_dict(json.loads(spec.SPEC_PATH.read_text())).spec / 'paths'))"
+    built = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout
+    assert int(built) == len(document["paths"])
 
 
 def test_nullable_enum_patch_is_visible_and_accepts_null():

@@ -52,15 +52,11 @@ def debug_command(args, ui) -> ExitStatus:
 def generated_patch(checkout, profile, scratch: Path, progress) -> Path:
     """The patch for `profile`, written into a clone of the checkout under `scratch` (hooks off)."""
     from pipelines.autopatch import act
-    from pipelines.changeset import format_with_target_style
     from pipelines.git import Git
     from pipelines.target import Checkout
 
     root = scratch / "liger-kernel"
     Git(scratch).run("-c", "core.hooksPath=/dev/null", "clone", "-q", "--no-hardlinks", str(checkout.root), str(root))
-    clone = Checkout(root)
     progress(f"generating the {profile.model_type} patch in {root}")
-    changeset = act.build_changeset(clone, profile)
-    changeset.write(root)
-    format_with_target_style(clone, changeset.paths)
+    act.act(Checkout(root), profile)  # the changeset written and formatted with the target's ruff
     return root

@@ -12,8 +12,6 @@ user's checkout is never written. verify runs it by itself when the whole-model 
 
 from __future__ import annotations
 
-import json
-import sys
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -74,14 +72,11 @@ def describe(row: dict) -> str:
 
 def diagnose(profile: Profile, root: Path, runner: verify.Runner) -> Diagnosis | str:
     """The diagnosis, or why none could be made."""
-    spec = verify.model_check_spec(profile, root, "cuda" if runner.has_gpu else "cpu")
-    env = {**verify.target_env(), **({} if runner.has_gpu else {"TRITON_INTERPRET": "1"})}
-    argv = [sys.executable, "-m", "pipelines.autopatch.model_check", "--debug", json.dumps(spec)]
-    proc = runner.run(argv, root, env, 1800)
-    last = proc.output.strip().splitlines()[-1] if proc.output.strip() else ""
-    if not proc.ok or not last.startswith("{"):
+    spec = verify.model_check_spec(profile, root, verify.check_device(runner))
+    proc, found = verify.run_model_check(spec, root, runner, debug=True)
+    if found is None:
         return f"debug did not finish: exit {proc.returncode}\n{proc.tail(15)}"
-    return Diagnosis(json.loads(last))
+    return Diagnosis(found)
 
 
 def diagnosis_gate(profile: Profile, root: Path, runner: verify.Runner) -> GateResult:

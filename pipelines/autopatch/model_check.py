@@ -279,16 +279,16 @@ def compare_modules(spec: dict, data: list[dict]) -> list[dict]:
     patched = copy.deepcopy(reference)
     apply_fn(spec)(model=patched, **spec["flags"])
     inputs = _captured_inputs(reference, {k: v for k, v in data[0].items() if k != "labels"})
-    modules = dict(patched.named_modules())
+    originals, modules = dict(reference.named_modules()), dict(patched.named_modules())
     rows = []
     for name, (args, kwargs) in inputs.items():  # dicts keep insertion order: the order modules ran in
         liger = liger_name(modules.get(name))
         if liger is None:
             continue
-        row = {"module": name, "liger": liger, "hf": type(dict(reference.named_modules())[name]).__name__}
+        row = {"module": name, "liger": liger, "hf": type(originals[name]).__name__}
         row["settings"] = {a: getattr(modules[name], a) for a in LIGER_SETTINGS if hasattr(modules[name], a)}
         try:
-            row |= _module_errors(dict(reference.named_modules())[name], modules[name], args, kwargs)
+            row |= _module_errors(originals[name], modules[name], args, kwargs)
         except Exception as exc:
             row |= {"error": f"{type(exc).__name__}: {str(exc)[:200]}", "diverges": True}
         rows.append(row)

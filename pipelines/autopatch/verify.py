@@ -255,10 +255,15 @@ def model_check_spec(profile: Profile, root: Path, device: str, flags: dict | No
     }
 
 
-def run_model_check(spec: dict, root: Path, runner: Runner) -> tuple[CommandResult, dict | None]:
+def check_device(runner: Runner) -> str:
+    return "cuda" if runner.has_gpu else "cpu"
+
+
+def run_model_check(spec: dict, root: Path, runner: Runner, debug: bool = False) -> tuple[CommandResult, dict | None]:
+    """The model_check child (the whole-model check, or `debug`'s bisection) and its JSON result, if it gave one."""
     env = {**target_env(), **({} if spec["device"] != "cpu" else {"TRITON_INTERPRET": "1"})}
-    argv = [sys.executable, "-m", "pipelines.autopatch.model_check", json.dumps(spec)]
-    proc = runner.run(argv, root, env, 1200)
+    argv = [sys.executable, "-m", "pipelines.autopatch.model_check", *(["--debug"] if debug else []), json.dumps(spec)]
+    proc = runner.run(argv, root, env, 1800 if debug else 1200)
     last = proc.output.strip().splitlines()[-1] if proc.ok and proc.output.strip() else ""
     try:
         return proc, json.loads(last) if last.startswith("{") else None
@@ -283,7 +288,7 @@ def _run_summary(name: str, run: dict) -> str:
 
 
 def gate_whole_model(profile: Profile, root: Path, runner: Runner) -> GateResult:
-    device = "cuda" if runner.has_gpu else "cpu"
+    device = check_device(runner)
     try:
         spec = model_check_spec(profile, root, device)
     except (PipelineError, ValueError, SyntaxError) as exc:

@@ -13,7 +13,6 @@ import pytest
 from pipelines import target
 from pipelines.autopatch import act
 from pipelines.autopatch import verify
-from pipelines.changeset import format_with_target_style
 from pipelines.outcome import GateStatus
 from tests.pipelines.autopatch.hand_profiles import hand_profile
 
@@ -22,9 +21,7 @@ CPU = verify.LocalRunner(has_gpu=False)
 
 def patched_checkout(root, profile):
     checkout = target.fetch(root)
-    changeset = act.build_changeset(checkout, profile)
-    changeset.write(checkout.root)
-    format_with_target_style(checkout, changeset.paths)
+    act.act(checkout, profile)
     return checkout
 
 

@@ -17,10 +17,12 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import re
 import shutil
 import signal
 import subprocess
 import sys
+import threading
 import time
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
@@ -42,11 +44,35 @@ def verify(pipeline: str, target: str, work: Path, out: Path, deadline: float) -
         proc.wait()
         rc = "deadline"
     row = {"target": target, "pipeline": pipeline, "rc": rc, "seconds": round(time.monotonic() - started, 1)}
+    log_text = (runs / "verify.log").read_text()
     if report.is_file():
         gates = json.loads(report.read_text())["gates"]
         row["gates"] = {g["name"]: {"status": g["status"], "detail": g["detail"][:1500]} for g in gates}
-    row["log_tail"] = (runs / "verify.log").read_text()[-1500:]
+    else:  # stopped at the deadline: the verdicts verify printed as each gate landed
+        row["gates"] = gates_from_log(log_text)
+    row["log_tail"] = log_text[-1500:]
+    write_rows(out, row)
     return row
+
+
+GATE_LINE = re.compile(r"verify: (?P<name>[^:]+): (?P<status>PASS|FAIL|SKIP): (?P<detail>.*)")
+
+
+def gates_from_log(text: str) -> dict:
+    found = (GATE_LINE.search(line) for line in text.splitlines())
+    return {m["name"]: {"status": m["status"], "detail": m["detail"]} for m in found if m}
+
+
+ROWS: list[dict] = []
+ROWS_LOCK = threading.Lock()
+
+
+def write_rows(out: Path, row: dict) -> None:
+    """summary.json and table.md after every model: a call cut short keeps every model that finished."""
+    with ROWS_LOCK:
+        ROWS.append(row)
+        (out / "summary.json").write_text(json.dumps(ROWS, indent=2))
+        (out / "table.md").write_text(table(ROWS) + "\n")
 
 
 def clone(bare: Path, branch: str, work: Path) -> Path:
@@ -93,10 +119,7 @@ def main() -> int:
         )
     with ThreadPoolExecutor(args.parallel) as pool:
         rows = list(pool.map(lambda job: verify(*job, args.out, deadline), jobs))
-    (args.out / "summary.json").write_text(json.dumps(rows, indent=2))
-    text = table(rows)
-    (args.out / "table.md").write_text(text + "\n")
-    print(text)
+    print(table(rows))
     for row in rows:
         for name, gate in row.get("gates", {}).items():
             if gate["status"] == "FAIL":

@@ -13,6 +13,7 @@ import dataclasses
 import enum
 import io
 import json
+import logging
 import time
 import zipfile
 from collections.abc import Callable
@@ -28,6 +29,8 @@ from pipelines.outcome import GateResult
 from pipelines.outcome import GateStatus
 from pipelines.outcome import PipelineError
 from pipelines.outcome import hard_failure
+
+log = logging.getLogger(__name__)
 
 VERIFY_WORKFLOW = "liger-bot-verify.yml"
 SCAN_WORKFLOW = "liger-bot-scan.yml"
@@ -50,6 +53,7 @@ class VerifyRequest:
     target: str
     job_id: str
     settings: tuple[str, ...] = ()  # the job's `field=value` overrides, applied again on the runner
+    profile: Mapping | None = None  # the profile act applied: the runner verifies that one, not its own understand
 
 
 @dataclass(frozen=True)
@@ -83,6 +87,29 @@ class VerifyReport:
         if not head_sha or self.head_sha != head_sha:
             return f"it verified commit {self.head_sha[:12] or '(none named)'}, not {head_sha[:12]}"
         return None
+
+
+DISPATCH_INPUTS_LIMIT = 65_535  # GitHub's cap on a workflow_dispatch's inputs, all together
+
+
+def _without_evidence(value):
+    if isinstance(value, Mapping):
+        return {k: _without_evidence(v) for k, v in value.items() if k != "evidence"}
+    if isinstance(value, list):
+        return [_without_evidence(v) for v in value]
+    return value
+
+
+def dispatch_profile(profile: Mapping | None) -> str:
+    """The profile as a dispatch input: its values without the evidence snippets (the runner applies values; the
+    evidence is in the PR), "" when there is none or it would not fit GitHub's input cap."""
+    if not profile:
+        return ""
+    text = json.dumps(_without_evidence(profile), separators=(",", ":"), sort_keys=True)
+    if len(text) > DISPATCH_INPUTS_LIMIT // 2:
+        log.warning("the profile (%d characters) does not fit a dispatch; the runner derives its own", len(text))
+        return ""
+    return text
 
 
 DISPATCH_EVENT = "workflow_dispatch"
@@ -170,6 +197,9 @@ class ActionsRunner(Runner):
             "runner_labels": json.dumps(list(self.labels)),
             "settings": json.dumps(list(request.settings)),
         }
+        profile = dispatch_profile(request.profile)
+        if profile:
+            inputs["profile"] = profile
         run_id = self.forge.dispatch_workflow(request.repo, self.workflow, request.branch, inputs)
         return dataclasses.replace(expected, run_id=run_id)
 

@@ -491,7 +491,13 @@ class Worker:
     def _dispatch(self, job: Job, labels: tuple[str, ...], outcome: Outcome) -> None:
         runner = ActionsRunner(self.forge(job), tuple(labels))
         request = VerifyRequest(
-            self.repo(job), job.branch, job.verb, outcome.verify_target, str(job.id), tuple(job.overrides)
+            self.repo(job),
+            job.branch,
+            job.verb,
+            outcome.verify_target,
+            str(job.id),
+            tuple(job.overrides),
+            profile=outcome.profile,
         )
         shown = ", ".join(labels)
         expected = runner.expect(request, job.pushed_sha)  # the one run this job will accept

@@ -156,12 +156,24 @@ class Plan:
     rope: bool
     norm: Norm | None
     mlp: Mlp | None
-    moe: bool
+    moe: bool  # routes tokens to experts (structure moe or hybrid)
     notes: tuple[str, ...] = field(default=())
 
     @property
     def model_type(self) -> str:
         return self.profile.model_type
+
+    @property
+    def tolerance_family(self) -> str:
+        return "moe" if self.moe else "dense"
+
+    @property
+    def tolerance_note(self) -> str:
+        kind = "a model with routed experts" if self.moe else "a dense model"
+        return (
+            f"The convergence entries copy lr and tolerances from Liger's enabled "
+            f"`{REFERENCE_CASES[self.tolerance_family]}` entry of each file ({kind})."
+        )
 
     @property
     def modeling_package(self) -> str:
@@ -557,7 +569,10 @@ def plan(profile: Profile) -> Plan:
     rope = _plan_rope(profile, notes)
     norm = _plan_norm(profile, notes)
     mlp = _plan_mlp(profile, notes)
-    return Plan(profile, rope, norm, mlp, profile.value("structure") == "moe", tuple(notes))
+    # Routing, not the kernel, decides the family: a hybrid (GLM-4-MoE's first dense layers) routes tokens like any
+    # MoE, and the dense family's fp32 loss rtol 1e-5 failed glm4_moe and exaone_moe on an H200 (TF32 fused MoE).
+    routed = profile.value("structure") in ("moe", "hybrid")
+    return Plan(profile, rope, norm, mlp, routed, tuple(notes))
 
 
 # --- rendered pieces ---------------------------------------------------------------------------------------------
@@ -635,9 +650,35 @@ def base_output_fields(plan: Plan, cache_field: str) -> list[str]:
     ]
 
 
+def lm_head_facts(plan: Plan) -> tuple[bool, str | None]:
+    """(lm_head keeps a bias, the dtype HF casts lm_head's input to), read from the CausalLM's source.
+
+    FLCE takes the bias as a keyword; Liger's lm_head helper passes only the weight, so a forward without it never
+    trains the bias (Phi's whole-model gate: no gradient for lm_head.bias). A forward without the cast hands FLCE
+    an fp32 hidden state beside a bf16 weight (Mamba on an H200: "mat1 and mat2 ... float != BFloat16")."""
+    from pipelines.autopatch.source import load
+    from pipelines.autopatch.source import site_packages
+    from pipelines.autopatch.understand import lm_head_has_bias
+    from pipelines.autopatch.understand import lm_head_input_cast
+
+    ident = plan.profile.identity
+    try:
+        src = load(site_packages() / ident.modeling_file)
+    except (OSError, SyntaxError):  # a profile of a model this environment lacks: Liger's plain call
+        return False, None
+    return bool(lm_head_has_bias(src, ident.causal_lm_class)), lm_head_input_cast(src, ident.causal_lm_class)
+
+
 def render_lce_forward(plan: Plan, helper_module: str = "liger_kernel.transformers.model.llama") -> str:
     names = forward_param_names(plan)
     ops = [op for op in logits_ops(plan.profile) if "softcap" not in op]
+    bias, cast = lm_head_facts(plan)
+    if bias and ops:
+        raise PipelineError(
+            f"{plan.profile.identity.causal_lm_class} scales logits after an lm_head with a bias: "
+            "the scale cannot be folded into FLCE's hidden states",
+            hint="this model needs a hand-written lce_forward that adds the bias before the scale",
+        )
     hidden = "outputs[0]" if plan.profile.value("hidden_state_access") == "outputs[0]" else "outputs.last_hidden_state"
     return render.render(
         "autopatch/lce_forward.py.j2",
@@ -653,6 +694,8 @@ def render_lce_forward(plan: Plan, helper_module: str = "liger_kernel.transforme
         output_fields=base_output_fields(plan, "cache" if "cache" in names else "past_key_values"),
         uses_cache_type=bool({"cache", "past_key_values"} & set(names)),
         lm_head_helper_module=helper_module,
+        lm_head_bias=bias,
+        lm_head_input_cast=cast,
     )
 
 
@@ -917,7 +960,7 @@ def edit_convergence(source: str, plan: Plan, dtype: str) -> str:
     )
     source = edits.insert_top_level(source, edits.guarded_setup, f"mini_{x}", setup)
     cases = edits.find_parametrize_list(edits.find_function(ast.parse(source), "test_mini_model"))
-    lr, *tolerances = reference_tolerances(source, cases.elts, "moe" if plan.moe else "dense", dtype)
+    lr, *tolerances = reference_tolerances(source, cases.elts, plan.tolerance_family, dtype)
     param = render.render("autopatch/convergence_param.py.j2", **ctx, lr=lr, dtype=dtype, tolerances=tolerances)
     return edits.insert_element(source, cases.elts, edits.case_name, f"mini_{x}", param.strip().rstrip(","))
 
@@ -993,7 +1036,7 @@ def build_changeset(checkout: Checkout, profile: Profile) -> Changeset:
     for change in changes:
         if change.path.endswith(".py"):
             _must_parse(change)
-    return Changeset(tuple(changes), the_plan.notes)
+    return Changeset(tuple(changes), (*the_plan.notes, the_plan.tolerance_note))
 
 
 def _must_parse(change: FileChange) -> None:

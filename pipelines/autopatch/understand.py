@@ -679,16 +679,33 @@ def _hidden_passes_through(value: ast.AST, hidden: set[str], read: bool = False)
     return False
 
 
-def lm_head_bias_free(facts: Facts) -> bool:
-    """`self.lm_head = nn.Linear(..., bias=False)` in the CausalLM: a scale on the logits folds into the hidden
-    states only when there is no bias to scale with them."""
-    for assign in facts.src.self_assignments(facts.ref.causal_lm_class):
+def lm_head_has_bias(src, causal_lm_class: str) -> bool | None:
+    """Whether `self.lm_head = nn.Linear(...)` in the CausalLM keeps nn.Linear's default bias (Phi: bias=True);
+    None when the class builds no lm_head this way."""
+    for assign in src.self_assignments(causal_lm_class):
         if assign.attr == "lm_head" and isinstance(getattr(assign.node, "value", None), ast.Call):
-            return any(
+            return not any(
                 kw.arg == "bias" and isinstance(kw.value, ast.Constant) and kw.value.value is False
                 for kw in assign.node.value.keywords
             )
-    return False
+    return None
+
+
+def lm_head_bias_free(facts: Facts) -> bool:
+    """A scale on the logits folds into the hidden states only when there is no bias to scale with them."""
+    return lm_head_has_bias(facts.src, facts.ref.causal_lm_class) is False
+
+
+def lm_head_input_cast(src, causal_lm_class: str) -> str | None:
+    """`self.lm_head(h.to(DTYPE))` in the CausalLM's forward (Mamba: the mixer's fp32 output is cast to the
+    lm_head's dtype): the DTYPE expression, which FLCE's input needs as well."""
+    forward = src.method(causal_lm_class, "forward")
+    for node in ast.walk(forward) if forward else ():
+        if isinstance(node, ast.Call) and dotted_name(node.func) == "self.lm_head" and node.args:
+            arg = node.args[0]
+            if isinstance(arg, ast.Call) and isinstance(arg.func, ast.Attribute) and arg.func.attr == "to":
+                return ast.unparse(arg.args[0]) if len(arg.args) == 1 else None
+    return None
 
 
 def decide_logits_transform(facts: Facts) -> Decision:

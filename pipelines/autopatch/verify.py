@@ -64,7 +64,15 @@ class LocalRunner:
 def target_env() -> dict[str, str]:
     """The checkout's own sources first (not an installed liger-kernel), then whatever PYTHONPATH the host set."""
     inherited = os.environ.get("PYTHONPATH", "")
-    return {"PYTHONPATH": os.pathsep.join(p for p in ("src", inherited) if p), "PYTHONDONTWRITEBYTECODE": "1"}
+    return {
+        "PYTHONPATH": os.pathsep.join(p for p in ("src", inherited) if p),
+        "PYTHONDONTWRITEBYTECODE": "1",
+        # Liger's fused MoE autotunes ~200 Triton configs per dtype in every process: on an H200 the four
+        # convergence workers of one MoE model had not finished in 7 minutes. Liger's own switch runs its one
+        # default config instead (the same sums in another tile order); a runner may set it back to 1.
+        "LIGER_FUSED_MOE_AUTOTUNE": os.environ.get("LIGER_FUSED_MOE_AUTOTUNE", "0"),
+        "TRITON_CACHE_AUTOTUNING": os.environ.get("TRITON_CACHE_AUTOTUNING", "1"),
+    }
 
 
 def _result(name: str, proc: CommandResult, passed: str, lines: int = 15) -> GateResult:
@@ -276,6 +284,8 @@ def _run_summary(name: str, run: dict) -> str:
         return f"{name}: {run['error']} ({run.get('where', '')})"
     if name == "reference":
         return ""
+    if run.get("smoke"):  # bf16: it builds and trains one step with a finite loss (no numbers compared)
+        return f"{name}: one step, loss {run['loss'][0]:.3f}"
     checks = [
         f"loss max diff {run['loss_check']['max_abs']:.1e}",
         f"top-k logprobs max diff {run['topk_check']['max_abs']:.1e}"
@@ -284,6 +294,10 @@ def _run_summary(name: str, run: dict) -> str:
         + (f" (worst {run['grad_check']['worst']})" if run["grad_check"]["worst"] else ""),
         f"params {run['param_check']['mismatched']} outside tolerance",
     ]
+    if run["grad_check"].get("missing"):  # a parameter without a gradient: a swap cut it out of the graph
+        checks.append(f"no gradient for {', '.join(run['grad_check']['missing'][:5])}")
+    if run["param_check"].get("names"):  # parameters only one model has: a swap renamed or dropped them
+        checks.append(f"parameters in one model only: {', '.join(run['param_check']['names'][:5])}")
     return f"{name}: {'match' if run['ok'] else 'DIVERGES'} ({', '.join(checks)})"
 
 
@@ -400,6 +414,11 @@ GATES: tuple[tuple[str, Gate], ...] = (
 )
 
 
+def first_line(detail: str, limit: int = 400) -> str:
+    line = detail.strip().splitlines()[0] if detail.strip() else ""
+    return line if len(line) <= limit else line[: limit - 3] + "..."
+
+
 def verify(
     profile: Profile,
     root: Path,
@@ -419,11 +438,15 @@ def verify(
         outcome = gate(profile, root, runner)
         batch = outcome if isinstance(outcome, list) else [outcome]
         results.extend(batch)
+        for result in batch:  # the verdict as it lands: a run cut short by a runner's timeout still shows it
+            progress(f"verify: {result.name}: {result.status.value}: {first_line(result.detail)}")
         hard = [g for g in batch if g.status is GateStatus.FAIL and g.hard]
         failed = hard[0].name if hard else None
         if any(g.status is GateStatus.FAIL and g.name in DIAGNOSED for g in batch):
             from pipelines.autopatch.debug import diagnosis_gate  # debug imports this module
 
             progress("verify: diagnosing the divergence (liger-bot debug)")
-            results.append(diagnosis_gate(profile, root, runner))
+            diagnosis = diagnosis_gate(profile, root, runner)
+            progress(f"verify: {diagnosis.name}: {diagnosis.status.value}: {first_line(diagnosis.detail)}")
+            results.append(diagnosis)
     return results

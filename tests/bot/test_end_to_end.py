@@ -18,6 +18,7 @@ from bot.jobs import JobState
 from bot.runners import REPORT_ARTIFACT
 from bot.runners import REPORT_FILE
 from bot.runners import VerifyReport
+from bot.runners import dispatch_profile
 from pipelines.outcome import ExitStatus
 from tests.bot.standin_app import TARGET
 from tests.bot.standin_app import bot_fixture  # noqa: F401
@@ -35,6 +36,9 @@ def gpu_runner(bot, run: dict, workdir: Path) -> bytes:
     inputs, report = run["inputs"], workdir / "report.json"
     argv = ["verify", "--repo", str(workdir), "--pipeline", inputs["pipeline"], "--target", inputs["target"]]
     argv += ["--job-id", inputs["job_id"], "--settings", inputs["settings"], "--report", str(report)]
+    if inputs.get("profile"):  # the workflow writes the dispatched profile to a file and passes --profile
+        (workdir.parent / "profile.json").write_text(inputs["profile"])
+        argv += ["--profile", str(workdir.parent / "profile.json")]
     status = program(argv, {})
     assert status is ExitStatus.OK
     return report.read_bytes()
@@ -89,6 +93,7 @@ def test_autopatch_comment_to_draft_pr_with_the_real_pipeline(bot, liger_checkou
     # `liger-bot verify` on the pushed branch, as the GPU workflow runs it: on this CPU host its report gives the
     # verdict the worker gave, gate by gate (convergence SKIPs here; on a GPU host it runs)
     inputs = {"job_id": str(job.id), "pipeline": "autopatch", "target": "arcee", "settings": "[]"}
+    inputs["profile"] = dispatch_profile(job.profile)  # what an Actions dispatch carries: the approved profile
     report = VerifyReport.from_json(json.loads(gpu_runner(bot, {"ref": job.branch, "inputs": inputs}, tmp_path / "r")))
     assert report.job_id == str(job.id) and report.passed and report.head_sha == job.pushed_sha
     assert [(g.name, g.status.value) for g in report.gates] == [(g["name"], g["status"]) for g in job.result["gates"]]
@@ -112,7 +117,9 @@ def test_kernel_on_the_actions_runner_parks_then_opens_the_pr_from_the_workflow_
         "target": "relu2",
         "runner_labels": '["self-hosted", "gpu", "h200"]',
         "settings": "[]",
+        "profile": dispatch_profile(job.profile),  # the profile act applied, as the runner verifies it
     }
+    assert json.loads(run["inputs"]["profile"]) and "evidence" not in run["inputs"]["profile"]
     assert bot.standin.pulls(TARGET.full_name) == []  # no PR before the GPU verdict
     (status,) = bot.comments(issue, "liger-bot:status")
     assert "waiting for `liger-bot-verify.yml`" in status["body"] and "~~waiting for approval~~" in status["body"]

@@ -14,6 +14,7 @@ from bot.runners import VerifyReport
 from bot.runners import VerifyRequest
 from bot.runners import WorkflowKind
 from bot.runners import classify_workflow_run
+from bot.runners import dispatch_profile
 from bot.runners import make_runner
 from pipelines.outcome import GateResult
 from pipelines.outcome import GateStatus
@@ -98,3 +99,18 @@ def test_make_runner_from_config(github_forge):
     assert isinstance(make_runner("actions", github_forge, lambda r: []), ActionsRunner)
     with pytest.raises(PipelineError):
         make_runner("kubernetes", github_forge, lambda r: [])
+
+
+def test_the_dispatch_carries_the_applied_profile_without_its_evidence(bot_checkout, github_forge, github_standin):
+    push_branch(bot_checkout, BRANCH, github_forge.clone_url(STANDIN_REPO), github_forge.push_credentials(STANDIN_REPO))
+    evidence = [{"file": "modeling_x.py", "lines": [1, 2], "snippet": "x" * 40_000}]
+    profile = {"model_type": "nemotron", "decisions": {"rope": {"value": "standard", "evidence": evidence}}}
+    request = VerifyRequest(STANDIN_REPO, BRANCH, "autopatch", "nemotron", "job-7", profile=profile)
+    ActionsRunner(github_forge).start(request)
+    (run,) = github_standin.runs.values()
+    assert json.loads(run["inputs"]["profile"]) == {
+        "model_type": "nemotron",
+        "decisions": {"rope": {"value": "standard"}},
+    }
+    too_big = {"model_type": "nemotron", "notes": ["y" * 40_000]}  # past GitHub's input cap: the runner derives it
+    assert dispatch_profile(too_big) == "" and dispatch_profile(None) == ""

@@ -17,8 +17,12 @@ def test_convergence_without_gpu_is_skipped_never_passed(liger_checkout):
 
 def test_import_failure_is_hard_and_stops_the_run(liger_checkout):
     # the untouched checkout has no apply_liger_kernel_to_helium: the import gate fails for real
-    results = verify.verify(hand_profile("helium"), liger_checkout.root, verify.LocalRunner(has_gpu=False))
+    said: list[str] = []
+    results = verify.verify(hand_profile("helium"), liger_checkout.root, verify.LocalRunner(has_gpu=False), said.append)
     assert results[0].name == "Checkstyle" and results[0].status is GateStatus.PASS  # checkstyle comes first
+    # each verdict is said as it lands (a runner killed at its timeout still shows the gates that finished)
+    assert said[:2] == ["verify: Checkstyle", f"verify: Checkstyle: PASS: {results[0].detail}"]
+    assert said[3].startswith("verify: Import: FAIL: `") and len(said) == 4
     assert results[1].name == "Import" and results[1].status is GateStatus.FAIL and results[1].hard
     assert "apply_liger_kernel_to_helium" in results[1].detail
     assert [g.status for g in results[2:]] == [GateStatus.SKIP] * (len(verify.GATES) - 2)

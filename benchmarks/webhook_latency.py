@@ -1,6 +1,6 @@
 """Webhook acknowledgement latency and durability of `liger-bot serve` (waitress, bot/server.py) on 127.0.0.1.
 
-    python benchmarks/webhook_latency.py [--scenario all|sequential|burst|slow|kill] [--json]
+    python benchmarks/webhook_latency.py [--scenario all|sequential|burst|slow|kill|floor] [--json]
 
 The server is the real `liger-bot serve`, started as its own process (so it can be SIGKILLed), on a SQLite
 database and the SQLite huey queue in a temporary folder, as it runs by default. Each delivery is the published
@@ -14,6 +14,9 @@ it is being measured on). Scenarios:
   deliveries go on 10 at a time: their p99 ack.
 - kill: a burst of 2000 on 50 connections; the server is SIGKILLed once 500 are acknowledged; every delivery
   acknowledged with a 2xx must be in the database afterwards (the worker's sweep queues what the queue lost).
+- floor (not in `all`): the burst against a stand-in that answers 202 as soon as it has read a request, doing
+  nothing else (asyncio, no HMAC, no database): what this client on this host measures with a server that costs
+  almost nothing, the bound under any figure of the real server.
 
 Figures are bounded: every client call has a timeout, the script takes about 40 s in all.
 """
@@ -221,7 +224,57 @@ async def kill(server: Server, count: int = 2000, connections: int = 50, kill_af
     return {"acknowledged": len(acknowledged), "stored": len(stored), "acknowledged_but_lost": len(lost)}
 
 
+STAND_IN = """
+import asyncio, sys
+ANSWER = b"HTTP/1.1 202 Accepted\\r\\nContent-Type: application/json\\r\\nContent-Length: 2\\r\\n\\r\\n{}"
+class Answer(asyncio.Protocol):
+    def connection_made(self, transport):
+        self.transport, self.buffer, self.length = transport, b"", None
+    def data_received(self, data):
+        self.buffer += data
+        while True:
+            if self.length is None:
+                end = self.buffer.find(b"\\r\\n\\r\\n")
+                if end < 0:
+                    return
+                head, self.buffer = self.buffer[:end].lower(), self.buffer[end + 4:]
+                at = head.find(b"content-length:")
+                self.length = int(head[at + 15:].split(b"\\r\\n")[0]) if at >= 0 else 0
+            if len(self.buffer) < self.length:
+                return
+            self.buffer, self.length = self.buffer[self.length:], None
+            self.transport.write(ANSWER)
+async def main():
+    server = await asyncio.get_running_loop().create_server(Answer, "127.0.0.1", int(sys.argv[1]), backlog=2048)
+    await server.serve_forever()
+asyncio.run(main())
+"""
+
+
+def floor(count: int) -> dict:
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        port = probe.getsockname()[1]
+    process = subprocess.Popen([sys.executable, "-c", STAND_IN, str(port)])
+    try:
+        deadline = time.monotonic() + 30
+        while True:
+            try:
+                socket.create_connection(("127.0.0.1", port), timeout=1).close()
+                break
+            except OSError:
+                if time.monotonic() > deadline:
+                    raise
+                time.sleep(0.05)
+        return {**asyncio.run(burst(port, count)), "server": "stand-in: answers 202 once a request is read"}
+    finally:
+        process.kill()
+        process.wait()
+
+
 def run(scenario: str, count: int) -> dict:
+    if scenario == "floor":
+        return floor(count)
     with tempfile.TemporaryDirectory(prefix="liger-bot-bench-") as folder:
         server = Server(Path(folder))
         try:
@@ -238,12 +291,12 @@ def run(scenario: str, count: int) -> dict:
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--scenario", default="all", choices=["all", "sequential", "burst", "slow", "kill"])
+    parser.add_argument("--scenario", default="all", choices=["all", "sequential", "burst", "slow", "kill", "floor"])
     parser.add_argument("--deliveries", type=int, help="sequential 1000, burst 500, slow 300")
     parser.add_argument("--json", action="store_true")
     args = parser.parse_args()
-    counts = {"sequential": 1000, "burst": 500, "slow": 300, "kill": 2000}
-    scenarios = list(counts) if args.scenario == "all" else [args.scenario]
+    counts = {"sequential": 1000, "burst": 500, "slow": 300, "kill": 2000, "floor": 500}
+    scenarios = [name for name in counts if name != "floor"] if args.scenario == "all" else [args.scenario]
     figures = {name: run(name, args.deliveries or counts[name]) for name in scenarios}
     figures["cpus"] = os.cpu_count()
     if args.json:

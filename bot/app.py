@@ -14,6 +14,7 @@ def create_app(runtime) -> Flask:
     app = Flask("liger-bot")
     app.config["MAX_CONTENT_LENGTH"] = runtime.config.max_payload_bytes
     intake = DeliveryIntake(runtime.store, runtime.queue)  # deliveries arriving together share one commit
+    runtime.store.checkpoint_in_background()  # and no ack waits on a WAL checkpoint
 
     @app.post(runtime.config.webhook_path)
     def receive_webhook():

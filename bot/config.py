@@ -41,7 +41,7 @@ class AppConfig:
     max_payload_bytes: int = MAX_PAYLOAD_BYTES
     lease_seconds: float = 120.0  # a running job whose worker stopped heartbeating for this long is recovered
     max_resumes: int = 2  # resumes after a worker died mid-stage; then the job fails with a message
-    server_threads: int = 8  # `serve`: requests handled at once
+    server_threads: int = 16  # `serve`: requests handled at once (and so at most the deliveries one commit stores)
     connection_limit: int = 1000  # `serve`: open connections at most
     read_timeout: float = 10.0  # `serve`: seconds a client has to send one whole request
 
@@ -124,7 +124,7 @@ def load_config(env: Mapping[str, str] = os.environ, require_secret: bool = True
         github_api_url=(env.get("GITHUB_API_URL") or DEFAULT_API_URL).rstrip("/"),
         work_dir=env.get("WORK_DIR") or "liger-bot-work",
         lease_seconds=float(_int(env, "JOB_LEASE_SECONDS", 120)),
-        server_threads=max(1, _int(env, "SERVER_THREADS", 8)),
+        server_threads=max(1, _int(env, "SERVER_THREADS", 16)),
         connection_limit=max(1, _int(env, "CONNECTION_LIMIT", 1000)),
         read_timeout=float(max(1, _int(env, "READ_TIMEOUT_SECONDS", 10))),
     )

@@ -3,7 +3,8 @@
 The webhook answers 202 only once its delivery is committed (and queued), so a server killed mid-burst loses no
 acknowledged delivery. One transaction per request would make a burst wait on hundreds of commits one after
 another; here one writer thread takes every delivery waiting, stores them in one transaction (duplicates of an
-X-GitHub-Delivery seen before are told apart as before), queues the new ones, then wakes their requests.
+X-GitHub-Delivery seen before are told apart as before), queues the new ones (in one queue transaction too), then
+wakes their requests. A batch holds at most as many deliveries as the server has request threads (ServerLimits).
 """
 
 from __future__ import annotations
@@ -71,10 +72,10 @@ class DeliveryIntake:
         for item in batch:  # the same delivery id twice in one batch: the first is new, the second a duplicate
             item.new = item.delivery_id in stored and item.delivery_id not in claimed
             claimed.add(item.delivery_id)
-        for delivery_id in stored:
-            try:
-                self.queue.enqueue_delivery(delivery_id)
-            except Exception:  # stored: the worker's sweep queues it once the queue is back
-                log.exception("could not queue delivery %s; the worker's sweep will pick it up", delivery_id)
+        queued = [item.delivery_id for item in batch if item.new]  # in arrival order, each new id once
+        try:
+            self.queue.enqueue_deliveries(queued)  # one transaction for the whole batch
+        except Exception:  # stored: the worker's sweep queues them once the queue is back
+            log.exception("could not queue %d deliveries; the worker's sweep will pick them up", len(queued))
         for item in batch:
             item.done.set()

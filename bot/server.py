@@ -29,7 +29,7 @@ log = logging.getLogger(__name__)
 
 @dataclass(frozen=True)
 class ServerLimits:
-    threads: int = 8  # requests handled at once (the webhook answers in milliseconds: it only stores and queues)
+    threads: int = 16  # requests handled at once; each waits on the group commit, so this bounds a commit's batch
     connection_limit: int = 1000
     max_body: int = 25 * 1024 * 1024  # GitHub caps webhook payloads at 25 MB
     max_header: int = 64 * 1024

@@ -7,6 +7,7 @@ goes through: it refuses a directory that is not a Liger-Kernel checkout or that
 
 from __future__ import annotations
 
+import fcntl
 import os
 import re
 import shutil
@@ -106,8 +107,17 @@ def template_repository(version: str) -> Path:
     repo = cache_dir() / "checkouts" / f"liger-kernel-{version}"
     if (repo / ".git").is_dir() and (repo / MONKEY_PATCH).is_file():
         return repo
-    tarball = download_sdist(version)
     repo.parent.mkdir(parents=True, exist_ok=True)
+    # two processes at once (two CLI runs, parallel test workers): one builds, the other waits and clones it
+    with open(repo.parent / f".liger-kernel-{version}.lock", "w") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        if (repo / ".git").is_dir() and (repo / MONKEY_PATCH).is_file():
+            return repo
+        return _build_template(repo, version)
+
+
+def _build_template(repo: Path, version: str) -> Path:
+    tarball = download_sdist(version)
     with tempfile.TemporaryDirectory(dir=repo.parent) as tmp:
         with tarfile.open(tarball) as tar:
             tar.extractall(tmp, filter="data")

@@ -21,7 +21,9 @@ def stage_user_can_reach_tmp(tmp_path_factory, tmp_path):
     if os.geteuid() != 0:
         return
     base = tmp_path_factory.getbasetemp()
-    for folder in (base.parent, base, *(p for p in base.iterdir() if p.is_dir()), tmp_path):
+    # every pytest folder above it too: under pytest-xdist the base is pytest-of-root/pytest-N/popen-gwK
+    above = [p for p in base.parents if p.name.startswith("pytest-")]
+    for folder in (*above, base, *(p for p in base.iterdir() if p.is_dir()), tmp_path):
         os.chmod(folder, 0o711)
 
 

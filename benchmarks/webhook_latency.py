@@ -75,7 +75,7 @@ class Server:
         self.database = folder / "bot.db"
         env = {
             **os.environ,
-            "PYTHONPATH": str(ROOT),
+            "PYTHONPATH": os.pathsep.join(p for p in (str(ROOT), os.environ.get("PYTHONPATH", "")) if p),
             "WEBHOOK_SECRET": SECRET,
             "DATABASE_URL": f"sqlite:///{self.database}",
             "QUEUE_PATH": str(folder / "queue.db"),

@@ -292,6 +292,9 @@ def measure_baseline(checkout: Checkout, profile: PerfProfile, options: Options,
 # --- optimise -----------------------------------------------------------------------------------------------------
 
 
+RECHECK_ROUNDS = 3  # alternating rounds of v0 and a variant before a regression rejects it
+
+
 @dataclass
 class Loop:
     checkout: Checkout
@@ -340,6 +343,8 @@ class Loop:
         verdict = rules_mod.judge(
             self.rules, self.times["v0"], self.times[based_on], times, bool(tests.get("ok")), tests.get("summary", "")
         )
+        if verdict.status == rules_mod.REJECTED and tests.get("ok") and times is not None:
+            verdict = self.recheck(name, text, times, based_on, verdict)
         met = times is not None and rules_mod.target_met(self.rules, times, self.compiled)
         self.state = rules_mod.advance(self.rules, self.state, name, verdict, met)
         record = VariantRecord(name, title, based_on, verdict, times, tests, facts=result.get("facts") or [])
@@ -352,6 +357,27 @@ class Loop:
         shown = f"{verdict.gain:+.1%}" if times else "-"
         self.progress(f"{name} {title}: {verdict.status} ({shown}) {'; '.join(verdict.reasons)[:200]}")
         return record
+
+    def recheck(self, name: str, text: str, times: dict, based_on: str, verdict: rules_mod.Verdict):
+        """Time the regressed points again, v0 and the variant alternately (RECHECK_ROUNDS each), and judge again:
+        one median of a noisy size is not enough to reject a variant that gains on the target."""
+        points = rules_mod.regressed_points(self.rules, self.times["v0"], times)
+        keys = {size for _, size, _ in points}
+        if not points:
+            return verdict
+        spec = {**base_spec(self.checkout, self.profile), "tests": None, "facts": False}
+        spec["sizes"] = [s for s in spec["sizes"] if s["key"] in keys]
+        spec["passes"] = sorted({p for p, _, _ in points})
+        rounds: dict[str, list] = {"v0": [], name: []}
+        for round_index in range(RECHECK_ROUNDS):
+            for label, kernel_text in (("v0", self.original), (name, text)):
+                with installed(self.checkout, self.ops, kernel_text):
+                    result = run_child(self.checkout, self.out_dir, f"{name}_recheck{round_index}_{label}", spec)
+                if "error" in result:
+                    return verdict
+                rounds[label].append(result["times"]["liger"])
+        self.progress(f"{name}: {len(points)} regressed point(s) timed again in {RECHECK_ROUNDS} alternating rounds")
+        return rules_mod.rejudge(self.rules, self.times["v0"], self.times[based_on], times, rounds["v0"], rounds[name])
 
     def test_spec(self, k: str | None) -> dict:
         return {"file": str(self.profile.source.files.test), "k": k}

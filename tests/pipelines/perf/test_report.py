@@ -111,3 +111,23 @@ def test_nsight_computes_csv_is_read_into_the_named_metrics():
         }
     }
     assert report.parse_ncu("==ERROR== ERR_NVGPUCTRPERM", pipeline.NCU_METRICS) == {}
+
+
+def test_a_rejection_is_timed_again_in_alternating_rounds_of_v0_and_the_variant(loop, monkeypatch):
+    """The loop re-times only the regressed points, v0 and the variant in turn, each with its own kernel source."""
+    noisy = times(1.0, 1.5)
+    noisy["forward"]["4096x4096"] *= 1.5  # one bad median
+    children, sources = [], []
+
+    def fake_child(checkout, out_dir, name, spec):
+        children.append((name, spec["passes"], [s["key"] for s in spec["sizes"]]))
+        sources.append(checkout.path(loop.ops).read_text())
+        return {"times": {"liger": {"forward": {"4096x4096": 0.05}}}}  # the same for both: noise, not a regression
+
+    monkeypatch.setattr(pipeline, "run_child", fake_child)
+    rejected = r.judge(loop.rules, loop.times["v0"], loop.times["v0"], noisy, True)
+    verdict = loop.recheck("v4", "variant source", noisy, "v0", rejected)
+    assert rejected.status == r.REJECTED and verdict.status == r.ACCEPTED
+    assert [c[0] for c in children] == [f"v4_recheck{i}_{label}" for i in range(3) for label in ("v0", "v4")]
+    assert {(tuple(c[1]), tuple(c[2])) for c in children} == {(("forward",), ("4096x4096",))}
+    assert sources == ["original", "variant source"] * 3  # each child ran the kernel it was timing

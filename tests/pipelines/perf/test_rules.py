@@ -114,3 +114,25 @@ def test_warp_candidates_leave_every_thread_an_element():
     assert r.warp_candidates(256) == [4, 8]
     assert r.warp_candidates(64) == []
     assert r.block_size(4096) == 4096 and r.block_size(123) == 128 and r.block_size(16385) == 32768
+
+
+def test_a_regression_the_alternating_rounds_do_not_confirm_does_not_reject():
+    noisy = times(backward__4096x16384=0.8, forward__1024x4096=1.48)  # one bad median of a small forward size
+    assert r.judge(RULES, BASE, BASE, noisy, True).status == r.REJECTED
+    assert r.regressed_points(RULES, BASE, noisy) == [("forward", "1024x4096", RULES.pass_regression)]
+    baseline_rounds = [{"forward": {"1024x4096": ms}} for ms in (1.0, 1.3, 0.95)]
+    variant_rounds = [{"forward": {"1024x4096": ms}} for ms in (1.02, 0.97, 1.4)]  # medians 1.0 and 1.02
+    verdict = r.rejudge(RULES, BASE, BASE, noisy, baseline_rounds, variant_rounds)
+    assert verdict.status == r.ACCEPTED and verdict.gain == pytest.approx(0.25)
+    assert verdict.reasons == ("not confirmed: regressions re-timed in 3 alternating rounds",)
+
+
+def test_a_regression_the_rounds_confirm_still_rejects_and_says_so():
+    slow = times(backward__4096x16384=0.8, forward__1024x4096=1.48)
+    rounds = [{"forward": {"1024x4096": ms}} for ms in (1.45, 1.5, 1.47)]
+    verdict = r.rejudge(RULES, BASE, BASE, slow, [{"forward": {"1024x4096": 1.0}}] * 3, rounds)
+    assert verdict.status == r.REJECTED
+    assert verdict.reasons == (
+        "forward at 1024x4096: +47.0% (limit +10%)",
+        "confirmed: regressions re-timed in 3 alternating rounds",
+    )

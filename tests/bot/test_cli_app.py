@@ -5,9 +5,11 @@ from __future__ import annotations
 import copy
 import io
 import json
+import os
 import signal
 import socket
-import threading
+import subprocess
+import sys
 import time
 
 import pytest
@@ -35,26 +37,27 @@ def test_serve_refuses_to_start_without_a_webhook_secret():
 
 
 def test_serve_stops_cleanly_on_ctrl_c(tmp_path):
+    """`liger-bot serve` in its own process, as a terminal runs it; SIGINT is what Ctrl-C sends it."""
     with socket.socket() as probe:  # a free port: --port 0 would mean "the default"
         probe.bind(("127.0.0.1", 0))
         port = probe.getsockname()[1]
-    env = {"WEBHOOK_SECRET": "s", "DATABASE_URL": f"sqlite:///{tmp_path / 'db'}", "QUEUE_PATH": str(tmp_path / "q")}
-    main = threading.get_ident()
-
-    def press_ctrl_c() -> None:
-        for _ in range(200):
+    env = {**os.environ, "WEBHOOK_SECRET": "s", "DATABASE_URL": f"sqlite:///{tmp_path / 'db'}"}
+    env["QUEUE_PATH"] = str(tmp_path / "q")
+    code = "import os, sys; from bot.cli import program; sys.exit(int(program(sys.argv[1:], os.environ)))"
+    argv = [sys.executable, "-c", code, "serve", "--host", "127.0.0.1", "--port", str(port)]
+    server = subprocess.Popen(argv, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    try:
+        for _ in range(400):
             try:
                 requests.get(f"http://127.0.0.1:{port}/healthz", timeout=1)
                 break
             except requests.ConnectionError:
                 time.sleep(0.05)
-        signal.pthread_kill(main, signal.SIGINT)  # what the terminal sends the server's main thread
-
-    presser = threading.Thread(target=press_ctrl_c)
-    presser.start()
-    status, _, err = run(["serve", "--host", "127.0.0.1", "--port", str(port)], env)
-    presser.join()
-    assert status is ExitStatus.OK and "stopped" in err and "error" not in err
+        server.send_signal(signal.SIGINT)
+        _, err = server.communicate(timeout=30)
+    finally:
+        server.kill()
+    assert server.returncode == ExitStatus.OK and "stopped" in err and "error" not in err
 
 
 def test_replay_an_event_nobody_handles(tmp_path):

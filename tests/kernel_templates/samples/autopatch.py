@@ -28,6 +28,9 @@ def _extras(plan: act.Plan) -> dict:
         if plan.model_type == "nemotron"
         else ["cache", "hidden_states", "attentions"],
         "lm_head_helper_module": "liger_kernel.transformers.model.llama",
+        # nemotron's sample: an lm_head with a bias and a cast of its input (Phi, Mamba), both reaching FLCE
+        "lm_head_bias": plan.model_type == "nemotron",
+        "lm_head_input_cast": "self.lm_head.weight.dtype" if plan.model_type == "nemotron" else None,
         "uses_cache_type": True,
         "test_config": [("hidden_size", "32"), ("num_hidden_layers", "2")],
         "model_checks": [{"before": "base_model.norm is not None", "after": "base_model.norm is not None"}],

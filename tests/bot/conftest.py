@@ -1,7 +1,10 @@
 import os
+import re
+import shutil
 import subprocess
 import sys
 import sysconfig
+import tempfile
 from pathlib import Path
 
 import pytest
@@ -15,26 +18,36 @@ from tests.bot.app_fixtures import server  # noqa: F401
 STAGE_PYTHON_VARIABLE = "LIGER_BOT_STAGE_PYTHON"  # bot.isolation.STAGE_PYTHON_VARIABLE
 
 
-@pytest.fixture(autouse=True)
-def stage_user_can_reach_tmp(tmp_path_factory, tmp_path):
-    """As root, stage children run as `nobody`: pytest's 0700 temp folders must let them through (not list)."""
+@pytest.fixture(scope="session")
+def stage_reachable_root():
+    """As root, stage children run as `nobody`, who must get through every folder above their files. pytest keeps
+    its own temp root at 0700 and puts it back to 0700 whenever a process starts using it (under pytest-xdist:
+    any worker, at any time), so these tests keep their folders in a root of their own, 0711 (through, not list)."""
+    root = Path(tempfile.mkdtemp(prefix="liger-bot-tests-"))
+    os.chmod(root, 0o711)
+    yield root
+    shutil.rmtree(root, ignore_errors=True)
+
+
+@pytest.fixture
+def tmp_path(request, tmp_path_factory, stage_reachable_root):
+    """pytest's tmp_path, moved under `stage_reachable_root` when stage children run as another user."""
+    name = re.sub(r"[^\w.-]", "_", request.node.name)[:30]  # parametrized ids hold "[", "/", spaces
     if os.geteuid() != 0:
-        return
-    base = tmp_path_factory.getbasetemp()
-    # every pytest folder above it too: under pytest-xdist the base is pytest-of-root/pytest-N/popen-gwK
-    above = [p for p in base.parents if p.name.startswith("pytest-")]
-    for folder in (*above, base, *(p for p in base.iterdir() if p.is_dir()), tmp_path):
-        os.chmod(folder, 0o711)
+        return tmp_path_factory.mktemp(name, numbered=True)
+    path = Path(tempfile.mkdtemp(prefix=f"{name}-", dir=stage_reachable_root))
+    os.chmod(path, 0o711)
+    return path
 
 
 @pytest.fixture(autouse=True, scope="session")
-def stage_python(tmp_path_factory):
+def stage_python(stage_reachable_root):
     """As root, stage children run as `nobody`, who may not reach this interpreter (pyenv under /root, 0700): then
     they run a venv of the system's Python of the same minor version that sees this one's packages."""
     if os.geteuid() != 0 or os.environ.get(STAGE_PYTHON_VARIABLE) or _nobody_can_run(sys.executable):
         yield
         return
-    venv = tmp_path_factory.mktemp("stage-venv")
+    venv = stage_reachable_root / "stage-venv"
     base = f"/usr/bin/python{sys.version_info.major}.{sys.version_info.minor}"
     subprocess.run([base, "-m", "venv", "--without-pip", "--clear", str(venv)], check=True)
     site = venv / "lib" / f"python{sys.version_info.major}.{sys.version_info.minor}" / "site-packages"

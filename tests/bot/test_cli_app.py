@@ -45,7 +45,11 @@ def test_serve_stops_cleanly_on_ctrl_c(tmp_path):
     env["QUEUE_PATH"] = str(tmp_path / "q")
     code = "import os, sys; from bot.cli import program; sys.exit(int(program(sys.argv[1:], os.environ)))"
     argv = [sys.executable, "-c", code, "serve", "--host", "127.0.0.1", "--port", str(port)]
-    server = subprocess.Popen(argv, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    # a shell's background job (CI under nohup) ignores SIGINT and a child inherits that: a terminal's does not
+    default_sigint = lambda: signal.signal(signal.SIGINT, signal.SIG_DFL)  # noqa: E731
+    server = subprocess.Popen(
+        argv, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, preexec_fn=default_sigint
+    )
     try:
         for _ in range(400):
             try:

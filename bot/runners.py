@@ -106,7 +106,7 @@ def dispatch_profile(profile: Mapping | None) -> str:
     if not profile:
         return ""
     text = json.dumps(_without_evidence(profile), separators=(",", ":"), sort_keys=True)
-    if len(text) > DISPATCH_INPUTS_LIMIT // 2:
+    if len(text) > DISPATCH_INPUTS_LIMIT // 2:  # half the cap: the other inputs and GitHub's JSON framing fit beside
         log.warning("the profile (%d characters) does not fit a dispatch; the runner derives its own", len(text))
         return ""
     return text

@@ -45,6 +45,15 @@ class GateResult:
     detail: str = ""
     hard: bool = True
 
+    @property
+    def headline(self) -> str:
+        """The detail's first line: what a one-line listing of the gates shows."""
+        return self.detail.strip().splitlines()[0] if self.detail.strip() else ""
+
+    def said(self) -> str:
+        """The verdict as verify's progress says it while the gates run."""
+        return f"verify: {self.name}: {self.status.value}: {self.headline[:400]}"
+
     def to_json(self) -> dict:
         return {"name": self.name, "status": self.status.value, "detail": self.detail}
 

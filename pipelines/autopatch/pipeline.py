@@ -60,10 +60,7 @@ class PipelineResult:
     def summary(self) -> str:
         width = max(len(g.name) for g in self.gates) if self.gates else 0
         lines = [f"autopatch {self.profile.model_type}: {'OK' if self.ok else 'FAILED'}"]
-        lines += [
-            f"  {g.name.ljust(width)}  {g.status.value}  {g.detail.splitlines()[0] if g.detail else ''}"
-            for g in self.gates
-        ]
+        lines += [f"  {g.name.ljust(width)}  {g.status.value}  {g.headline}" for g in self.gates]
         if self.ok:
             lines.append(f"branch {self.branch} (commit {self.commit[:12]}), {len(self.files)} files")
         else:

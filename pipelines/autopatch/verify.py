@@ -414,11 +414,6 @@ GATES: tuple[tuple[str, Gate], ...] = (
 )
 
 
-def first_line(detail: str, limit: int = 400) -> str:
-    line = detail.strip().splitlines()[0] if detail.strip() else ""
-    return line if len(line) <= limit else line[: limit - 3] + "..."
-
-
 def verify(
     profile: Profile,
     root: Path,
@@ -439,7 +434,7 @@ def verify(
         batch = outcome if isinstance(outcome, list) else [outcome]
         results.extend(batch)
         for result in batch:  # the verdict as it lands: a run cut short by a runner's timeout still shows it
-            progress(f"verify: {result.name}: {result.status.value}: {first_line(result.detail)}")
+            progress(result.said())
         hard = [g for g in batch if g.status is GateStatus.FAIL and g.hard]
         failed = hard[0].name if hard else None
         if any(g.status is GateStatus.FAIL and g.name in DIAGNOSED for g in batch):
@@ -447,6 +442,6 @@ def verify(
 
             progress("verify: diagnosing the divergence (liger-bot debug)")
             diagnosis = diagnosis_gate(profile, root, runner)
-            progress(f"verify: {diagnosis.name}: {diagnosis.status.value}: {first_line(diagnosis.detail)}")
+            progress(diagnosis.said())
             results.append(diagnosis)
     return results

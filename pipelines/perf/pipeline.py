@@ -362,9 +362,9 @@ class Loop:
         """Time the regressed points again, v0 and the variant alternately (RECHECK_ROUNDS each), and judge again:
         one median of a noisy size is not enough to reject a variant that gains on the target."""
         points = rules_mod.regressed_points(self.rules, self.times["v0"], times)
-        keys = {size for _, size, _ in points}
         if not points or self.options.interpret:  # a dry run's wall clock claims nothing: no second look either
             return verdict
+        keys = {size for _, size, _ in points}
         spec = {**base_spec(self.checkout, self.profile), "tests": None, "facts": False}
         spec["sizes"] = [s for s in spec["sizes"] if s["key"] in keys]
         spec["passes"] = sorted({p for p, _, _ in points})

@@ -9,7 +9,6 @@ import os
 import signal
 import socket
 import subprocess
-import sys
 import time
 
 import pytest
@@ -36,15 +35,14 @@ def test_serve_refuses_to_start_without_a_webhook_secret():
     assert status is ExitStatus.REFUSED and "WEBHOOK_SECRET is not set" in err
 
 
-def test_serve_stops_cleanly_on_ctrl_c(tmp_path):
-    """`liger-bot serve` in its own process, as a terminal runs it; SIGINT is what Ctrl-C sends it."""
+def test_serve_stops_cleanly_on_ctrl_c(tmp_path, liger_bot_exe):
+    """The installed `liger-bot serve` in its own process, as a terminal runs it; SIGINT is what Ctrl-C sends it."""
     with socket.socket() as probe:  # a free port: --port 0 would mean "the default"
         probe.bind(("127.0.0.1", 0))
         port = probe.getsockname()[1]
     env = {**os.environ, "WEBHOOK_SECRET": "s", "DATABASE_URL": f"sqlite:///{tmp_path / 'db'}"}
     env["QUEUE_PATH"] = str(tmp_path / "q")
-    code = "import os, sys; from bot.cli import program; sys.exit(int(program(sys.argv[1:], os.environ)))"
-    argv = [sys.executable, "-c", code, "serve", "--host", "127.0.0.1", "--port", str(port)]
+    argv = [liger_bot_exe, "serve", "--host", "127.0.0.1", "--port", str(port)]
     # a shell's background job (CI under nohup) ignores SIGINT and a child inherits that: a terminal's does not
     default_sigint = lambda: signal.signal(signal.SIGINT, signal.SIG_DFL)  # noqa: E731
     server = subprocess.Popen(

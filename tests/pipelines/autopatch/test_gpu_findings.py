@@ -83,3 +83,14 @@ def test_the_whole_model_gate_runs_the_bf16_path_a_cast_left_out_breaks(liger_ch
     assert gate.status.value == "FAIL"
     assert "class bf16: RuntimeError: expected m1 and m2 to have the same dtype" in gate.detail
     assert "instance: match" in gate.detail and "class: match" in gate.detail  # fp32 alone could not see it
+
+
+def test_the_whole_model_gate_names_the_bias_a_forward_left_out(liger_checkout, monkeypatch):
+    """Phi's patch as it landed (FLCE without lm_head.bias) fails the CPU gate, and says which gradient is missing."""
+    profile = understand("phi")
+    monkeypatch.setattr(act, "lm_head_facts", lambda plan: (False, None))  # the forward as it landed: no bias
+    for change in act.build_changeset(liger_checkout, profile).changes:
+        liger_checkout.path(change.path).write_text(change.text)
+    gate = verify.gate_whole_model(profile, liger_checkout.root, verify.LocalRunner(has_gpu=False))
+    assert gate.status.value == "FAIL"
+    assert "instance: DIVERGES" in gate.detail and "no gradient for lm_head.bias" in gate.detail

@@ -47,6 +47,10 @@ def stage_python(stage_reachable_root):
     if os.geteuid() != 0 or os.environ.get(STAGE_PYTHON_VARIABLE) or _nobody_can_run(sys.executable):
         yield
         return
+    # a checkout in a 0700 folder (`mktemp -d`): nobody must get through it to this venv's packages (not list it)
+    for folder in Path(sysconfig.get_paths()["purelib"]).parents:
+        if str(folder).startswith(tempfile.gettempdir() + os.sep) and not folder.stat().st_mode & 0o001:
+            os.chmod(folder, folder.stat().st_mode | 0o001)
     venv = stage_reachable_root / "stage-venv"
     base = f"/usr/bin/python{sys.version_info.major}.{sys.version_info.minor}"
     subprocess.run([base, "-m", "venv", "--without-pip", "--clear", str(venv)], check=True)

@@ -47,10 +47,11 @@ def stage_python(stage_reachable_root):
     if os.geteuid() != 0 or os.environ.get(STAGE_PYTHON_VARIABLE) or _nobody_can_run(sys.executable):
         yield
         return
-    # a checkout in a 0700 folder (`mktemp -d`): nobody must get through it to this venv's packages (not list it)
+    # a checkout in a 0700 folder (`mktemp -d`): nobody must reach this venv's packages and import from the checkout
+    # (Python's import lists a sys.path folder, so the checkout's root needs o+rx, not only o+x)
     for folder in Path(sysconfig.get_paths()["purelib"]).parents:
-        if str(folder).startswith(tempfile.gettempdir() + os.sep) and not folder.stat().st_mode & 0o001:
-            os.chmod(folder, folder.stat().st_mode | 0o001)
+        if str(folder).startswith(tempfile.gettempdir() + os.sep) and folder.stat().st_mode & 0o005 != 0o005:
+            os.chmod(folder, folder.stat().st_mode | 0o005)
     venv = stage_reachable_root / "stage-venv"
     base = f"/usr/bin/python{sys.version_info.major}.{sys.version_info.minor}"
     subprocess.run([base, "-m", "venv", "--without-pip", "--clear", str(venv)], check=True)

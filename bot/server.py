@@ -119,6 +119,9 @@ def shutdown(server: _DeadlineServer, timeout: float = 5.0) -> None:
         server.trigger.close()
         closed.set()
 
-    server.trigger.pull_trigger(close_all)
+    try:
+        server.trigger.pull_trigger(close_all)
+    except OSError:  # the trigger is gone, so its loop is too (a poll error closes it): close the rest from here
+        close_all()
     closed.wait(timeout)
     server.task_dispatcher.shutdown(timeout=timeout)

@@ -132,3 +132,13 @@ def test_a_signed_body_of_the_wrong_shape_is_400_never_500(server, app, event, b
     answer = server.deliver(event, body)
     assert answer.status_code == 400, answer.text
     assert app.runtime.queue.pending() == 0
+
+
+def test_shutdown_closes_the_listener_even_when_the_loop_lost_its_trigger(app):
+    """A trigger already closed under the loop (EBADF on the pull) must not leave the listening socket open."""
+    httpd = make_server(create_app(app.runtime), "127.0.0.1", 0, LIMITS)
+    port = httpd.effective_port
+    httpd.trigger.close()  # as the loop does when poll reports the trigger's descriptor invalid
+    shutdown(httpd, timeout=1.0)
+    with pytest.raises(ConnectionRefusedError):
+        socket.create_connection(("127.0.0.1", port), timeout=2).close()

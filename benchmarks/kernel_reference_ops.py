@@ -6,7 +6,7 @@ Plain PyTorch, one function each; nothing here was written with the kernel engin
 import torch
 
 
-def layer_norm_no_bias(x, weight, eps=1e-5):
+def layer_norm_no_bias(x, weight: torch.nn.Parameter, eps=1e-5):
     mean = x.mean(-1, keepdim=True)
     centered = x - mean
     variance = (centered * centered).mean(-1, keepdim=True)
@@ -23,7 +23,7 @@ def softmax(x):
     return (exp / exp.sum(-1, keepdim=True)).to(x.dtype)
 
 
-def mean_abs_norm(x, weight, bias, eps=1e-6):
+def mean_abs_norm(x, weight: torch.nn.Parameter, bias: torch.nn.Parameter, eps=1e-6):
     # a norm the pipeline had not seen: scale by the mean absolute value, then an affine map
     scale = x.abs().mean(-1, keepdim=True) + eps
     return x / scale * weight + bias

@@ -54,6 +54,10 @@ class Checkout:
     def path(self, relative: str | Path) -> Path:
         return self.root / relative
 
+    def beside(self, name: str) -> Path:
+        """A pipeline's own output (PR body, tables): next to the checkout, never inside it, so it stays clean."""
+        return self.root.parent / f"{self.root.name}.liger-bot" / name
+
 
 def open_checkout(directory: str | Path, require_clean: bool = True) -> Checkout:
     root = Path(directory).expanduser()

@@ -14,7 +14,10 @@ def register(subparsers) -> None:
     parser.add_argument("spec", help="a transformers ACT2FN name, path/in/repo.py:function_or_Module, or a .py file")
     parser.add_argument("--repo", required=True, help="the Liger-Kernel checkout to write into (clean)")
     parser.add_argument("--name", help="the kernel's snake_case name (default: from the spec)")
-    parser.add_argument("--out", help="where the PR body, benchmark table and plot go (default out/kernel/NAME)")
+    parser.add_argument(
+        "--out",
+        help="where the PR body, benchmark table and plot go (default DIR/../<DIR name>.liger-bot/kernel-NAME, outside the checkout)",
+    )
     parser.add_argument("--profile-only", action="store_true", help="print the kernel profile; write nothing")
     parser.add_argument("--json", action="store_true", help="print the result as JSON")
     parser.set_defaults(handler=kernel_command)

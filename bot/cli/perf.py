@@ -36,7 +36,10 @@ def register(subparsers) -> None:
         help="a CPU dry run of the whole loop under TRITON_INTERPRET=1 (wall-clock times: tests the pipeline, "
         "claims no speed)",
     )
-    parser.add_argument("--out", help="the workspace: variants, notes, measurements, PR body (default out/perf/KERNEL)")
+    parser.add_argument(
+        "--out",
+        help="the workspace: variants, notes, measurements, PR body (default DIR/../<DIR name>.liger-bot/perf-KERNEL)",
+    )
     parser.add_argument("--profile-only", action="store_true", help="print what can be read without a GPU")
     parser.add_argument("--json", action="store_true", help="print the result as JSON")
     parser.set_defaults(handler=perf_command)

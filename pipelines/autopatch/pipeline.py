@@ -75,7 +75,7 @@ def branch_name(model_type: str) -> str:
 
 
 def report_path(checkout: Checkout, model_type: str) -> Path:
-    return checkout.root.parent / f"{checkout.root.name}.liger-bot" / f"autopatch-{model_type}.md"
+    return checkout.beside(f"autopatch-{model_type}.md")
 
 
 def registered_model_types(checkout: Checkout) -> set[str]:

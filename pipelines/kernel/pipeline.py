@@ -47,6 +47,9 @@ def run(
     spec_text: str, repo: str | Path, name: str | None = None, out_dir: Path | None = None, progress=print
 ) -> KernelRun:
     checkout, u, profile = understand(spec_text, repo, name)
+    out_dir = Path(out_dir or checkout.beside(f"kernel-{u.spec.name}")).resolve()
+    if out_dir.is_relative_to(checkout.root):  # the next command would find the checkout dirty
+        raise PipelineError(f"--out {out_dir} is inside the target checkout", hint="choose a folder outside it")
     progress(f"understood {spec_text}: tier {u.tier} ({profile.tier_description}), kernel {u.spec.name}")
     if u.tier == Tier.COMPLEX:
         raise PipelineError(f"{spec_text}: {u.refusal}", hint="the default engine refuses tier-3 ops")
@@ -60,7 +63,6 @@ def run(
         f"Add {profile.module_class_name}: Triton kernel generated from {spec_text}\n\nliger-bot kernel {spec_text}"
     )
     progress(f"wrote {len(changeset.paths)} files on branch {branch}")
-    out_dir = Path(out_dir or Path("out") / "kernel" / u.spec.name).resolve()
     out_dir.mkdir(parents=True, exist_ok=True)
     gates = verify_mod.verify(checkout, u.spec.name, changeset.paths, out_dir)
     body = pr_body(profile, gates, out_dir)

@@ -155,6 +155,9 @@ def _function_wrapper(cls: str, node: ast.FunctionDef, imports: list[str], prelu
     if not params:
         raise PipelineError(f"{node.name} takes no arguments", hint="the op's first argument is the input tensor")
     tensors = [n for n, v in params[1:] if v is _NO_DEFAULT]
+    inputs = [n for n in tensors if not _declared_parameter(node.args, n)]
+    if inputs:
+        raise _extra_inputs_error(node, params[0][0], inputs)
     floats = _float_params(params[1:])
     weights = [(n, "zeros" if n in ZERO_INIT_NAMES else "ones") for n in tensors]
     lines = [f"{prelude}class {cls}(torch.nn.Module):"]
@@ -168,6 +171,27 @@ def _function_wrapper(cls: str, node: ast.FunctionDef, imports: list[str], prelu
     call = ", ".join(["x"] + [f"self.{n}" for n in tensors] + [f"{p.name}=self.{p.name}" for p in floats])
     lines += ["", "    def forward(self, x):", f"        return {node.name}({call})", ""]
     return ReferenceCode(cls, imports, "\n".join(lines), floats, has_weights=bool(weights), weights=weights)
+
+
+PARAMETER_ANNOTATIONS = ("torch.nn.Parameter", "nn.Parameter", "Parameter")
+
+
+def _declared_parameter(args: ast.arguments, name: str) -> bool:
+    """The user's code says an argument is a learnable weight (`weight: torch.nn.Parameter`); a name never does."""
+    arg = next(a for a in args.posonlyargs + args.args + args.kwonlyargs if a.arg == name)
+    return arg.annotation is not None and ast.unparse(arg.annotation) in PARAMETER_ANNOTATIONS
+
+
+def _extra_inputs_error(node: ast.FunctionDef, first: str, inputs: list[str]) -> PipelineError:
+    """A function's further tensor arguments are inputs, not weights: guessing made `silu(a) * b` a different op."""
+    names = ", ".join([first, *inputs])
+    return PipelineError(
+        f"tier 3: {node.name}({names}) takes {len(inputs) + 1} tensor inputs; the default engine writes kernels of one "
+        f"tensor input and learnable weights, and does not treat {', '.join(inputs)} as a weight unless the code says so",
+        hint=f"if {inputs[0]} is a learnable weight of shape (hidden,), annotate it (`{inputs[0]}: torch.nn.Parameter`) "
+        "or write the op as an nn.Module holding an nn.Parameter; an op of several inputs needs a hand-designed "
+        "kernel (liger-kernel-dev skill, tier 3)",
+    )
 
 
 @contextlib.contextmanager

@@ -1,6 +1,6 @@
 """`liger-bot perf KERNEL`: profile -> optimise (launch sweep, then catalogue variants) -> finalise, on a GPU.
 
-The workspace (`--out`, default out/perf/KERNEL) holds what LinkedIn's skill keeps in optimization/KERNEL/: the
+The workspace (`--out`, default `<checkout>.liger-bot/perf-KERNEL` beside the checkout) holds what LinkedIn's skill keeps in optimization/KERNEL/: the
 original, each vN.py with its vN_notes.md (hypothesis written before it runs, results after), every child's
 JSON, the profile, the comparison and the PR body. The target checkout only ever holds the original kernel
 between children (restored in a `finally`), and on success one commit on liger-bot/perf-KERNEL that changes
@@ -503,7 +503,7 @@ def run(kernel: str, repo: str | Path, options: Options | None = None, out_dir=N
             f"perf {kernel}: {refusal}",
             hint=f"`liger-bot perf {kernel} --repo {repo} --profile-only` prints what can be read without a GPU",
         )
-    out_dir = Path(out_dir or Path("out") / "perf" / kernel).resolve()
+    out_dir = Path(out_dir or checkout.beside(f"perf-{kernel}")).resolve()
     if out_dir.is_relative_to(checkout.root):
         raise PipelineError(f"--out {out_dir} is inside the target checkout", hint="choose a folder outside it")
     out_dir.mkdir(parents=True, exist_ok=True)

@@ -14,7 +14,7 @@ from pipelines.kernel import understand
 ROWWISE_OP = """import torch
 
 
-def sample_norm(x, weight, eps=1e-6):
+def sample_norm(x, weight: torch.nn.Parameter, eps=1e-6):
     return x * torch.rsqrt(x.pow(2).mean(-1, keepdim=True) + eps) * weight
 """
 

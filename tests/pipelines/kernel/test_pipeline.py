@@ -56,8 +56,10 @@ def test_relu2_end_to_end(liger_checkout, tmp_path):
 
 
 @pytest.mark.slow
-def test_xielu_with_learnable_scalars_and_buffers_end_to_end(liger_checkout, tmp_path):
-    run = pipeline.run("xielu", liger_checkout.root, out_dir=tmp_path, progress=lambda _: None)
+def test_xielu_with_learnable_scalars_and_buffers_end_to_end(liger_checkout):
+    run = pipeline.run("xielu", liger_checkout.root, progress=lambda _: None)  # the default out: beside the checkout
+    assert liger_checkout.git.dirty_paths() == []  # before, out/kernel/xielu/pr_body.md made the next command refuse
+    assert "| checkstyle |" in liger_checkout.beside("kernel-xielu").joinpath("pr_body.md").read_text()
     statuses = _statuses(run)
     assert statuses["checkstyle"] is GateStatus.PASS, run.gates
     assert statuses["unit tests (CPU, TRITON_INTERPRET=1)"] is GateStatus.PASS, run.gates
@@ -101,7 +103,7 @@ def test_every_kernel_template_renders_and_parses(liger_checkout):
     used = set()
     op = liger_checkout.root.parent / "norm.py"
     op.write_text(
-        "import torch\n\n\ndef norm(x, weight, eps=1e-6):\n    return x * torch.rsqrt(x.pow(2).mean(-1, keepdim=True) + eps) * weight\n"
+        "import torch\n\n\ndef norm(x, weight: torch.nn.Parameter, eps=1e-6):\n    return x * torch.rsqrt(x.pow(2).mean(-1, keepdim=True) + eps) * weight\n"
     )
     for text in ("relu2", f"{op}:norm"):
         u = understand.understand(spec.resolve(text, liger_checkout.root), liger_checkout.root)

@@ -29,7 +29,7 @@ def test_relu2_is_elementwise_and_backward_recomputes_from_x(tmp_path):
 def test_norm_with_weight_is_rowwise_with_runtime_eps_and_a_weight_gradient(tmp_path):
     u = _understand_source(
         tmp_path,
-        "def my_norm(x, weight, eps=1e-5):\n    return x * torch.rsqrt((x * x).mean(-1, keepdim=True) + eps) * weight\n",
+        "def my_norm(x, weight: torch.nn.Parameter, eps=1e-5):\n    return x * torch.rsqrt((x * x).mean(-1, keepdim=True) + eps) * weight\n",
         "my_norm",
     )
     assert u.tier == Tier.ROWWISE
@@ -41,7 +41,11 @@ def test_norm_with_weight_is_rowwise_with_runtime_eps_and_a_weight_gradient(tmp_
 
 def test_a_parameter_only_the_backward_shape_refers_to_is_not_loaded(tmp_path):
     # dbias = dy summed over rows, viewed to bias's size: the size is n_cols, bias itself is never read
-    u = _understand_source(tmp_path, "def affine(x, weight, bias):\n    return x * weight + bias\n", "affine")
+    u = _understand_source(
+        tmp_path,
+        "def affine(x, weight: torch.nn.Parameter, bias: torch.nn.Parameter):\n    return x * weight + bias\n",
+        "affine",
+    )
     assert u.backward.col_sums["dbias"] == "dy"
     assert set(u.backward.loads) == {"x", "weight", "dy"}
 
@@ -126,3 +130,22 @@ def test_determinism_kept_restores_both_flags_a_target_test_module_changes():
         torch.are_deterministic_algorithms_enabled(),
         torch.is_deterministic_algorithms_warn_only_enabled(),
     ) == before
+
+
+@pytest.mark.parametrize("gate", ["b", "g", "weight"])
+def test_a_functions_further_tensor_arguments_are_inputs_never_guessed_weights(tmp_path, gate):
+    """`silu(a) * b` is Liger's SwiGLU core, two inputs: no name of the second one makes it a learnable (hidden,)
+    weight (before, `b` started at zero and was refused as "not differentiable"; `g` was generated as a weight)."""
+    source = f"def silu_gate_mul(a, {gate}):\n    return torch.nn.functional.silu(a) * {gate}\n"
+    with pytest.raises(PipelineError) as error:
+        _understand_source(tmp_path, source, "silu_gate_mul")
+    assert f"silu_gate_mul(a, {gate}) takes 2 tensor inputs" in error.value.message
+    assert f"`{gate}: torch.nn.Parameter`" in error.value.hint
+    assert "differentiable" not in error.value.message
+
+
+def test_an_argument_the_code_declares_a_parameter_is_a_learnable_weight(tmp_path):
+    source = "def silu_gate_mul(a, g: torch.nn.Parameter):\n    return torch.nn.functional.silu(a) * g\n"
+    u = _understand_source(tmp_path, source, "silu_gate_mul")
+    assert [(w.name, w.learnable) for w in u.weights] == [("g", True)]
+    assert "dg" in u.backward.col_sums

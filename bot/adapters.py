@@ -239,7 +239,12 @@ def kernel_act_verify(request: Request, progress: Progress) -> Outcome:
     from pipelines.kernel import pipeline
 
     run = pipeline.run(
-        _kernel_spec(request), request.checkout.root, request.options.get("name"), request.out_dir, progress=progress
+        _kernel_spec(request),
+        request.checkout.root,
+        request.options.get("name"),
+        request.out_dir,
+        progress=progress,
+        force=request.options.get("force") == "yes",
     )
     return Outcome(
         branch=run.branch,

@@ -67,13 +67,13 @@ VERBS: dict[str, Verb] = {
         ),
         Verb(
             "kernel",
-            "SPEC [--name NAME]",
+            "SPEC [--name NAME] [--force]",
             "turn a PyTorch op (a transformers activation such as `relu2`, or `path/in/repo.py:function`) into a "
             "Triton kernel with its module, tests and benchmark; verify it and open a draft PR",
             Permission.WRITE,
             pipeline="kernel",
             target="kernel spec",
-            options=("name",),
+            options=("name", "force"),
         ),
         Verb(
             "perf",
@@ -141,7 +141,7 @@ def command_text(verb: str, target: str | None, settings=(), options: dict | Non
         for setting in settings:
             parts += ["--set", shlex.quote(setting)]
     for name, value in (options or {}).items():
-        parts += [f"--{name}", shlex.quote(value)]
+        parts += [f"--{name}"] if name in FLAGS else [f"--{name}", shlex.quote(value)]
     return " ".join(parts)
 
 
@@ -234,6 +234,8 @@ TARGETS = {
     "kernel name": validate_kernel_name,
     "model file": validate_model_file,
 }
+# options that take no value: present means "yes" (`--force`: write a kernel the target already has)
+FLAGS = {"force"}
 # option -> validator of its value
 OPTIONS = {
     "name": validate_kernel_name,
@@ -285,6 +287,11 @@ def _arguments(verb: Verb, args: list[str]) -> tuple[tuple[str, ...], tuple[tupl
         accepted = (name == "set" and verb.takes_settings) or name in verb.options
         if not accepted:
             raise CommandError(f"`/liger {verb.name}` does not take `{_shown(arg)}`: `/liger {verb.name} {verb.usage}`")
+        if name in FLAGS:
+            if equals:
+                raise CommandError(f"`--{name}` takes no value")
+            options[name] = "yes"
+            continue
         value = inline if equals else next(rest, None)
         if value is None:
             raise CommandError(f"`--{name}` needs {'field=value' if name == 'set' else 'a value'} after it")

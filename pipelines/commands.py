@@ -72,12 +72,21 @@ class CommandResult:
         return "\n".join(self.output.splitlines()[-lines:])
 
 
-def run_command(argv: list[str], cwd: Path, env: dict[str, str] | None = None, timeout: float = 900) -> CommandResult:
+def run_command(
+    argv: list[str], cwd: Path, env: dict[str, str] | None = None, timeout: float = 900, stdin: str | None = None
+) -> CommandResult:
     """`env` adds to (or overrides) the allow-listed environment: the caller names what the command needs."""
     merged = {**allowed_env(), **(env or {})}
     try:
         proc = subprocess.run(
-            argv, cwd=cwd, env=merged, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, timeout=timeout
+            argv,
+            cwd=cwd,
+            env=merged,
+            input=stdin,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.STDOUT,
+            text=True,
+            timeout=timeout,
         )
     except subprocess.TimeoutExpired as exc:
         out = exc.stdout.decode() if isinstance(exc.stdout, bytes) else (exc.stdout or "")

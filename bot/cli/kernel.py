@@ -18,6 +18,7 @@ def register(subparsers) -> None:
         "--out",
         help="where the PR body, benchmark table and plot go (default DIR/../<DIR name>.liger-bot/kernel-NAME, outside the checkout)",
     )
+    parser.add_argument("--force", action="store_true", help="write it even when the target has a kernel computing it")
     parser.add_argument("--profile-only", action="store_true", help="print the kernel profile; write nothing")
     parser.add_argument("--json", action="store_true", help="print the result as JSON")
     parser.set_defaults(handler=kernel_command)
@@ -28,7 +29,7 @@ def kernel_command(args, ui) -> ExitStatus:
         _, _, profile = pipeline.understand(args.spec, args.repo, args.name)
         ui.result(json.dumps(profile.to_json(), indent=2) if args.json else profile.to_markdown())
         return ExitStatus.OK
-    result = pipeline.run(args.spec, args.repo, args.name, args.out, progress=ui.progress)
+    result = pipeline.run(args.spec, args.repo, args.name, args.out, progress=ui.progress, force=args.force)
     if args.json:
         ui.result(json.dumps(result.to_json(), indent=2))
     else:

@@ -6,6 +6,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from pipelines.kernel import act as act_mod
+from pipelines.kernel import duplicates
 from pipelines.kernel import profile as profile_mod
 from pipelines.kernel import spec as spec_mod
 from pipelines.kernel import understand as understand_mod
@@ -44,7 +45,12 @@ def understand(spec_text: str, repo: str | Path, name: str | None = None):
 
 
 def run(
-    spec_text: str, repo: str | Path, name: str | None = None, out_dir: Path | None = None, progress=print
+    spec_text: str,
+    repo: str | Path,
+    name: str | None = None,
+    out_dir: Path | None = None,
+    progress=print,
+    force: bool = False,
 ) -> KernelRun:
     checkout, u, profile = understand(spec_text, repo, name)
     out_dir = Path(out_dir or checkout.beside(f"kernel-{u.spec.name}")).resolve()
@@ -53,6 +59,11 @@ def run(
     progress(f"understood {spec_text}: tier {u.tier} ({profile.tier_description}), kernel {u.spec.name}")
     if u.tier == Tier.COMPLEX:
         raise PipelineError(f"{spec_text}: {u.refusal}", hint="the default engine refuses tier-3 ops")
+    if not force:  # before anything is written: a copy of an existing kernel is refused with a pointer to it
+        duplicate = duplicates.same_function(checkout, u.reference)
+        progress(duplicate.note)
+        if duplicate.matches:
+            raise duplicate.refusal(spec_text)
     changeset = act_mod.build_changeset(checkout, u)  # everything in memory first: a refusal writes nothing
     git = checkout.git
     branch = f"liger-bot/kernel-{u.spec.name}"

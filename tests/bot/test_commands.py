@@ -86,11 +86,16 @@ def test_bare_prefix_is_help_and_command_text_round_trips():
     assert parse_line("/liger") == Command("help")
     command = parse_line("/liger autopatch nemotron --set mlp_kind=geglu")
     assert parse_line(command.text()) == command
+    forced = parse_line("/liger kernel relu2 --force")
+    assert forced.text() == "/liger kernel relu2 --force" and parse_line(forced.text()) == forced
 
 
 def test_kernel_and_fuse_are_rows_of_the_table_with_help_and_permission():
     text = render_help()
-    assert "| `/liger kernel SPEC [--name NAME]` |" in text and "| `/liger fuse path/in/repo.py:Factory` |" in text
+    assert (
+        "| `/liger kernel SPEC [--name NAME] [--force]` |" in text
+        and "| `/liger fuse path/in/repo.py:Factory` |" in text
+    )
     for verb in ("kernel", "fuse"):
         assert VERBS[verb].pipeline == verb and VERBS[verb].permission is Permission.WRITE
     row = next(line for line in text.splitlines() if line.startswith("| `/liger kernel"))
@@ -103,6 +108,8 @@ def test_kernel_and_fuse_are_rows_of_the_table_with_help_and_permission():
         ("/liger kernel relu2", Command("kernel", "relu2")),
         ("/liger kernel relu2 --name relu_sq", Command("kernel", "relu2", options=(("name", "relu_sq"),))),
         ("/liger kernel relu2 --name=relu_sq", Command("kernel", "relu2", options=(("name", "relu_sq"),))),
+        ("/liger kernel relu2 --force", Command("kernel", "relu2", options=(("force", "yes"),))),
+        ("/liger kernel relu2 --force --name n", Command("kernel", "relu2", options=(("force", "yes"), ("name", "n")))),
         (
             "/liger kernel test/transformers/test_rms_norm.py:LlamaRMSNorm",
             Command("kernel", "test/transformers/test_rms_norm.py:LlamaRMSNorm"),
@@ -123,6 +130,8 @@ def test_kernel_and_fuse_commands(line, command):
         ("/liger kernel /abs/op.py:f", "is not .path/in/repo.py:function"),
         ("/liger kernel Relu2;rm", "is not a kernel spec"),
         ("/liger kernel relu2 --name ../x", "is not a kernel name"),
+        ("/liger kernel relu2 --force=yes", "takes no value"),
+        ("/liger autopatch arcee --force", "does not take"),
         ("/liger kernel relu2 --name", "needs a value"),
         ("/liger kernel relu2 --set a=b", "does not take"),
         ("/liger fuse examples/recsys.py", "is not .path/in/repo.py:Factory"),

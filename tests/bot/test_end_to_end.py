@@ -1,7 +1,7 @@
 """End to end, every part real: the Flask server on 127.0.0.1 receiving signed deliveries, the GitHub stand-in
 (every request and answer checked against GitHub's REST description) holding a real Liger-Kernel 0.8.5
 repository, the smart-HTTP git remote, the real `GitHubForge`, a worker in this process draining the real
-SQLite queue, and the real pipelines (autopatch for `arcee`, kernel for `relu2`) on the worker's checkouts.
+SQLite queue, and the real pipelines (autopatch for `arcee`, kernel for `relu6`) on the worker's checkouts.
 """
 
 from __future__ import annotations
@@ -103,18 +103,18 @@ def test_kernel_on_the_actions_runner_parks_then_opens_the_pr_from_the_workflow_
     config = "autonomous: true\nrunner:\n  kind: actions\n  labels: [self-hosted, gpu, h200]\n"
     seed_target(bot.standin, bot.remote, liger_checkout.root, config)
     issue = bot.standin.add_issue(TARGET.full_name, "A ReLU² kernel", "for Nemotron-H", STANDIN_MAINTAINER)
-    bot.deliver("issue_comment", bot.say(issue, "/liger kernel relu2"))
+    bot.deliver("issue_comment", bot.say(issue, "/liger kernel relu6"))
     bot.drain()
 
     (job,) = bot.store.jobs()
-    assert (job.verb, job.target, job.job_state) == ("kernel", "relu2", JobState.VERIFYING)
-    assert job.branch == "liger-bot/kernel-relu2" and bot.remote_head(job.branch) == job.pushed_sha
+    assert (job.verb, job.target, job.job_state) == ("kernel", "relu6", JobState.VERIFYING)
+    assert job.branch == "liger-bot/kernel-relu6" and bot.remote_head(job.branch) == job.pushed_sha
     (run,) = bot.standin.runs.values()
     assert run["workflow_file"] == "liger-bot-verify.yml" and run["ref"] == job.branch
     assert run["inputs"] == {
         "job_id": str(job.id),
         "pipeline": "kernel",
-        "target": "relu2",
+        "target": "relu6",
         "runner_labels": '["self-hosted", "gpu", "h200"]',
         "settings": "[]",
         "profile": dispatch_profile(job.profile),  # the profile act applied, as the runner verifies it
@@ -136,6 +136,6 @@ def test_kernel_on_the_actions_runner_parks_then_opens_the_pr_from_the_workflow_
     assert job.job_state is JobState.PR_OPENED, job.message
     assert job.result["workflow_run"] == {"id": run["id"], "conclusion": "success"}
     (pull,) = bot.standin.pulls(TARGET.full_name)
-    assert pull["pull"]["head"] == "liger-bot/kernel-relu2" and pull["pull"]["draft"] is True
+    assert pull["pull"]["head"] == "liger-bot/kernel-relu6" and pull["pull"]["draft"] is True
     assert "| unit tests (CPU, TRITON_INTERPRET=1) | PASS |" in pull["body"]
-    assert "Kernel profile" in pull["body"] and "LigerReLU2" in pull["body"]
+    assert "Kernel profile" in pull["body"] and "LigerReLU6" in pull["body"]

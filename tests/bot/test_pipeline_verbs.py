@@ -19,31 +19,31 @@ from tests.pipelines.fuse import tiny_model
 def test_help_lists_the_kernel_and_fuse_verbs(server, app):
     say(server, app, "/liger help")
     (reply,) = replies(app)
-    assert "`/liger kernel SPEC [--name NAME]`" in reply and "`/liger fuse path/in/repo.py:Factory`" in reply
+    assert "`/liger kernel SPEC [--name NAME] [--force]`" in reply and "`/liger fuse path/in/repo.py:Factory`" in reply
 
 
 def test_a_kernel_comment_starts_a_kernel_job_that_stops_at_the_checkpoint(server, app):
-    say(server, app, "/liger kernel relu2")
+    say(server, app, "/liger kernel relu6")
     (job,) = app.jobs()
-    assert (job.verb, job.target, job.options) == ("kernel", "relu2", {})
+    assert (job.verb, job.target, job.options) == ("kernel", "relu6", {})
     assert job.job_state is JobState.AWAITING_APPROVAL, job.message
-    assert job.branch == "liger-bot/kernel-relu2" and job.profile["module_class_name"] == "LigerReLU2"
+    assert job.branch == "liger-bot/kernel-relu6" and job.profile["module_class_name"] == "LigerReLU6"
     (comment,) = status_comments(app)
-    assert "| operation_name | `relu2` |" in comment["body"] and "| tier | `1` |" in comment["body"]
+    assert "| operation_name | `relu6` |" in comment["body"] and "| tier | `1` |" in comment["body"]
     assert "Check the profile, then approve." in comment["body"]  # kernel takes no `/liger set`
 
 
 def test_a_kernel_name_that_exists_fails_with_the_command_to_run_next_and_retry_keeps_it(server, app):
-    say(server, app, "/liger kernel relu2 --name relu_squared")
+    say(server, app, "/liger kernel relu6 --name relu_squared")
     (job,) = app.jobs()
     assert job.options == {"name": "relu_squared"}
     assert job.job_state is JobState.FAILED
     assert "a kernel named 'relu_squared' exists already" in job.message
-    assert job.next_command == "/liger kernel relu2 --name relu_squared"
+    assert job.next_command == "/liger kernel relu6 --name relu_squared"
 
     say(server, app, "/liger retry")
     first, again = app.jobs()
-    assert (again.verb, again.target, again.options) == ("kernel", "relu2", {"name": "relu_squared"})
+    assert (again.verb, again.target, again.options) == ("kernel", "relu6", {"name": "relu_squared"})
     assert again.job_state is JobState.FAILED
 
 

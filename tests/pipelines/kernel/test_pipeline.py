@@ -15,6 +15,7 @@ from pipelines.kernel import spec
 from pipelines.kernel import understand
 from pipelines.outcome import ExitStatus
 from pipelines.outcome import GateStatus
+from pipelines.outcome import PipelineError
 
 GEMMA_RMS_NORM = """import torch
 import torch.nn as nn
@@ -41,8 +42,23 @@ def _statuses(run):
 
 
 @pytest.mark.slow
+def test_a_kernel_the_target_has_under_another_name_is_refused_by_running_both(liger_checkout):
+    """relu2 is Liger's LigerReLUSquared: found by running the two side by side, not by their names."""
+    head = liger_checkout.git.head()
+    lines = []
+    with pytest.raises(PipelineError) as error:
+        pipeline.run("relu2", liger_checkout.root, progress=lines.append)
+    assert "liger_kernel.transformers.relu_squared.LigerReLUSquared" in error.value.message
+    assert "--force" in error.value.hint
+    assert any(line.startswith("compared with ") for line in lines)
+    assert liger_checkout.git.head() == head and liger_checkout.git.dirty_paths() == []
+    assert liger_checkout.git.current_branch() == "main"
+
+
+@pytest.mark.slow
 def test_relu2_end_to_end(liger_checkout, tmp_path):
-    run = pipeline.run("relu2", liger_checkout.root, out_dir=tmp_path / "out", progress=lambda _: None)
+    # --force: the second copy of LigerReLUSquared is asked for, so it is written and verified
+    run = pipeline.run("relu2", liger_checkout.root, out_dir=tmp_path / "out", progress=lambda _: None, force=True)
     statuses = _statuses(run)
     assert statuses["checkstyle"] is GateStatus.PASS
     assert statuses["unit tests (CPU, TRITON_INTERPRET=1)"] is GateStatus.PASS

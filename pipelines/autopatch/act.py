@@ -738,6 +738,13 @@ MINI_CONVERGENCE_CONFIG = (
     ("num_local_experts", "8"),
     ("num_experts", "8"),
     ("num_experts_per_tok", "2"),
+    ("n_group", "1"),  # group-limited routing must fit in the 8 mini experts (a default of 8 groups picks top 2 of 1)
+    ("topk_group", "1"),
+    ("kv_lora_rank", "256"),  # MLA attentions: every width scaled to the mini hidden size, as Liger's deepseek_v3
+    ("q_lora_rank", "512"),
+    ("qk_nope_head_dim", "64"),
+    ("qk_rope_head_dim", "64"),
+    ("v_head_dim", "128"),
     ("rms_norm_eps", "1e-5"),
     ("tie_word_embeddings", "False"),
     ("use_cache", "True"),
@@ -774,10 +781,63 @@ def attention_implementation(plan: Plan) -> str:
 
 
 def convergence_config(plan: Plan) -> list[tuple[str, str]]:
-    """The generated convergence entry's config: the mini sizes this config class has, randomness off, sorted."""
-    fields = mini_config(plan, MINI_CONVERGENCE_CONFIG)
+    """The generated convergence entry's config: the mini sizes this config class has, randomness off, sorted; then
+    checked by running the unpatched HF model once at it (widths shrunk as verify's CPU gate shrinks them)."""
+    from pipelines.autopatch import probes
+
+    unbuildable = set(probes._UNBUILDABLE.get(config_class(plan), ()))  # what the probes' tiny model could not take
+    fields = [(n, v) for n, v in mini_config(plan, MINI_CONVERGENCE_CONFIG) if n not in unbuildable]
     fields += stochastic_fields_off(config_class(plan)(), {name for name, _ in fields})
-    return sorted(fields)
+    return sorted(runnable_convergence_fields(plan, fields))
+
+
+# Tried in order when the unpatched model does not run at the mini config: no KV cache (a hybrid whose four mini
+# layers are all linear attention or Mamba has no attention layer for the cache to measure), then no grouped KV heads
+# as well (MLA attentions assume none), each also with one non-size field at its default (an MLA rotary width that
+# the mini head_dim contradicts, a layer pattern).
+CONVERGENCE_SIZE_FIELDS = ("hidden_size", "intermediate_size", "moe_intermediate_size", "vocab_size")
+
+
+def runnable_convergence_fields(plan: Plan, fields: list[tuple[str, str]]) -> list[tuple[str, str]]:
+    if _reference_error(plan, fields) is None:
+        return fields
+    uncached = _with(fields, "use_cache", "False")
+    heads = dict(fields).get("num_attention_heads")
+    bases = [uncached] + ([_with(uncached, "num_key_value_heads", heads)] if heads else [])
+    for base in bases:
+        if _reference_error(plan, base) is None:
+            return base
+        for name, _ in base:
+            if name in CONVERGENCE_SIZE_FIELDS or name in ("use_cache", "num_key_value_heads"):
+                continue
+            fewer = [(n, v) for n, v in base if n != name]
+            if _reference_error(plan, fewer) is None:
+                return fewer
+    return fields  # nothing here helps: the whole-model gate reports the model's own error
+
+
+def _with(fields: list[tuple[str, str]], name: str, value: str) -> list[tuple[str, str]]:
+    return [(n, v) for n, v in fields if n != name] + [(name, value)]
+
+
+def _reference_error(plan: Plan, fields: list[tuple[str, str]]) -> Exception | None:
+    """One training forward of the unpatched HF model at `fields` (widths / 8, as verify's CPU gate runs it)."""
+    import torch
+
+    from pipelines.autopatch import model_check
+    from pipelines.autopatch.verify import cpu_config
+
+    values = cpu_config({n: ast.literal_eval(v) for n, v in fields})
+    modeling = importlib.import_module(plan.profile.identity.modeling_module)
+    try:
+        config = config_class(plan)(**values, attn_implementation=attention_implementation(plan))
+        torch.manual_seed(0)
+        model = getattr(modeling, plan.profile.identity.causal_lm_class)(config)
+        (batch,) = model_check.batches(int(values.get("vocab_size", 1024)), 1, "cpu")  # the gate's own batch
+        model(**batch).loss.backward()
+    except Exception as exc:  # the model's own code refused this config
+        return exc
+    return None
 
 
 def has_field(config, name: str) -> bool:

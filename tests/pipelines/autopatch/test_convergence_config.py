@@ -1,0 +1,31 @@
+"""The generated convergence entry's mini config is checked by running the unpatched HF model at it (widths shrunk
+as verify's CPU gate shrinks them) before anything is written: a config the model itself refuses would fail Liger's
+convergence test on every host, whatever the patch. Found by the 123-model breadth run (issue 17)."""
+
+from __future__ import annotations
+
+from pipelines.autopatch import act
+from pipelines.autopatch.understand import understand
+
+
+def test_a_hybrid_whose_mini_layers_have_no_attention_trains_without_a_kv_cache():
+    # BailingHybrid's four mini layers are all linear attention: HF's cache then has nothing to measure and raises
+    plan = act.plan(understand("bailing_hybrid"))
+    fields = dict(act.convergence_config(plan))
+    assert fields["use_cache"] == "False"
+    assert act._reference_error(plan, sorted(fields.items())) is None
+    cached = {**fields, "use_cache": "True"}
+    assert "get_seq_length" in str(act._reference_error(plan, sorted(cached.items())))
+
+
+def test_group_limited_routing_fits_the_mini_experts():
+    # a default of 8 groups over the 8 mini experts picks the top 2 of a group of 1: HF's router raises
+    plan = act.plan(understand("bailing_hybrid"))
+    fields = dict(act.convergence_config(plan))
+    assert (fields["n_group"], fields["topk_group"]) == ("1", "1")
+
+
+def test_a_model_that_runs_at_the_mini_config_keeps_it_as_liger_writes_it():
+    plan = act.plan(understand("arcee"))
+    fields = dict(act.convergence_config(plan))
+    assert fields["use_cache"] == "True" and fields["hidden_size"] == "1024" and fields["head_dim"] == "128"

@@ -738,6 +738,8 @@ MINI_CONVERGENCE_CONFIG = (
     ("num_local_experts", "8"),
     ("num_experts", "8"),
     ("num_experts_per_tok", "2"),
+    ("n_shared_experts", "1"),  # Dots1's default None builds no model; its checkpoints have shared experts
+    ("rotary_dim", "64"),  # CodeGen / GPT-J: a partial rotary width within the mini head_dim
     ("n_group", "1"),  # group-limited routing must fit in the 8 mini experts (a default of 8 groups picks top 2 of 1)
     ("topk_group", "1"),
     ("kv_lora_rank", "256"),  # MLA attentions: every width scaled to the mini hidden size, as Liger's deepseek_v3
@@ -786,7 +788,12 @@ def convergence_config(plan: Plan) -> list[tuple[str, str]]:
     from pipelines.autopatch import probes
 
     unbuildable = set(probes._UNBUILDABLE.get(config_class(plan), ()))  # what the probes' tiny model could not take
-    fields = [(n, v) for n, v in mini_config(plan, MINI_CONVERGENCE_CONFIG) if n not in unbuildable]
+    cls = config_class(plan)
+    fields = [
+        (n, v)
+        for n, v in mini_config(plan, MINI_CONVERGENCE_CONFIG)
+        if n not in unbuildable and probes._settable(cls, n)  # Falcon's head_dim is a read-only property
+    ]
     fields += stochastic_fields_off(config_class(plan)(), {name for name, _ in fields})
     return sorted(runnable_convergence_fields(plan, fields))
 

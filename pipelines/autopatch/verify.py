@@ -241,6 +241,7 @@ def convergence_flags(model_type: str) -> dict[str, bool]:
 CPU_WIDTH_DIVISOR = 8
 WIDTH_FIELDS = ("hidden_size", "intermediate_size", "moe_intermediate_size", "head_dim")
 WIDTH_FIELDS += ("kv_lora_rank", "q_lora_rank", "qk_nope_head_dim", "qk_rope_head_dim", "v_head_dim")  # MLA
+WIDTH_FIELDS += ("rotary_dim",)  # a partial rotary width within head_dim
 
 
 def cpu_config(config: dict) -> dict:

@@ -4,6 +4,8 @@ convergence test on every host, whatever the patch. Found by the 123-model bread
 
 from __future__ import annotations
 
+import pytest
+
 from pipelines.autopatch import act
 from pipelines.autopatch.understand import understand
 
@@ -29,3 +31,18 @@ def test_a_model_that_runs_at_the_mini_config_keeps_it_as_liger_writes_it():
     plan = act.plan(understand("arcee"))
     fields = dict(act.convergence_config(plan))
     assert fields["use_cache"] == "True" and fields["hidden_size"] == "1024" and fields["head_dim"] == "128"
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize(
+    "model",
+    [
+        "codegen",  # rotary_dim 64 (default) wider than the CPU gate's head_dim 16: now scaled with the widths
+        "falcon",  # head_dim is a read-only property: never passed
+        "dots1",  # n_shared_experts None builds no model
+        "glm4_moe_lite",  # MLA: ungrouped KV heads, its own head widths
+    ],
+)
+def test_the_unpatched_model_runs_at_the_generated_mini_config(model):
+    plan = act.plan(understand(model))
+    assert act._reference_error(plan, act.convergence_config(plan)) is None

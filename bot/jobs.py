@@ -320,21 +320,10 @@ class Store:
                 where = where & Job.verb.in_(verbs)
             return session.scalars(select(Job).where(where).order_by(Job.id.desc())).first()
 
-    def job_for_pull_request(self, repo: str, pr_number: int) -> Job | None:
-        with self.session() as session:
-            query = select(Job).where(Job.repo == repo, Job.pr_number == pr_number).order_by(Job.id.desc())
-            return session.scalars(query).first()
-
     def job_for_branch(self, repo: str, branch: str) -> Job | None:
         with self.session() as session:
             query = select(Job).where(Job.repo == repo, Job.branch == branch).order_by(Job.id.desc())
             return session.scalars(query).first()
-
-    def pushed_shas(self, repo: str, branch: str) -> set[str]:
-        """Every commit the bot itself pushed to `branch` (a head outside this set was pushed by a person)."""
-        with self.session() as session:
-            query = select(Job.pushed_sha).where(Job.repo == repo, Job.branch == branch, Job.pushed_sha != "")
-            return set(session.scalars(query))
 
     def prs_opened_since(self, repo: str, since: float) -> int:
         with self.session() as session:

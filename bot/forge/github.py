@@ -13,13 +13,11 @@ from __future__ import annotations
 
 import base64
 import logging
-import os
 import re
 import threading
 import time
 import uuid
 from collections.abc import Callable
-from collections.abc import Mapping
 from dataclasses import dataclass
 from dataclasses import field
 from datetime import UTC
@@ -62,18 +60,6 @@ class AppCredentials:
     app_id: str
     private_key: str = field(repr=False)
     api_url: str = DEFAULT_API_URL
-
-    @classmethod
-    def from_env(cls, env: Mapping[str, str]) -> AppCredentials:
-        """probot's names: APP_ID, PRIVATE_KEY or PRIVATE_KEY_PATH; GITHUB_API_URL for Enterprise or a stand-in."""
-        app_id = env.get("APP_ID", "").strip()
-        key = env.get("PRIVATE_KEY") or ""
-        if not key and env.get("PRIVATE_KEY_PATH"):
-            with open(os.path.expanduser(env["PRIVATE_KEY_PATH"])) as handle:
-                key = handle.read()
-        if not app_id or not key:
-            raise ForgeError("the GitHub App needs APP_ID and PRIVATE_KEY (or PRIVATE_KEY_PATH) in the environment")
-        return cls(app_id, key.replace("\\n", "\n"), env.get("GITHUB_API_URL") or DEFAULT_API_URL)
 
 
 @dataclass(frozen=True)

@@ -55,10 +55,21 @@ class UI:
 
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="liger-bot", description=DESCRIPTION)
+    parser.add_argument("--version", action="version", version=f"liger-bot {_version()}")
     subparsers = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
     for name in COMMAND_MODULES:
         importlib.import_module(name).register(subparsers)
     return parser
+
+
+def _version() -> str:
+    from importlib.metadata import PackageNotFoundError
+    from importlib.metadata import version
+
+    try:
+        return version("liger-bot")
+    except PackageNotFoundError:  # run from a source tree that was never installed
+        return "unknown (not installed)"
 
 
 def program(argv: list[str], env: Mapping[str, str], out: TextIO = sys.stdout, err: TextIO = sys.stderr) -> ExitStatus:

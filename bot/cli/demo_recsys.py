@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import json
 
-from pipelines.fuse import demo
 from pipelines.outcome import ExitStatus
 
 
@@ -17,6 +16,8 @@ def add_recsys_parser(verbs) -> None:
 
 
 def recsys_command(args, ui) -> ExitStatus:
+    from pipelines.fuse import demo  # imports torch: not needed for --help
+
     ui.progress(f"running the recsys encoder on {args.device} ({args.steps} steps per variant)")
     result = demo.run(args.device, max(args.steps, 2))
     ui.result(json.dumps(result) if args.json else demo.to_text(result))

@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import json
 
-from pipelines.fuse import pipeline
 from pipelines.outcome import ExitStatus
 from pipelines.outcome import gates_table
 
@@ -19,6 +18,8 @@ def register(subparsers) -> None:
 
 
 def fuse_command(args, ui) -> ExitStatus:
+    from pipelines.fuse import pipeline  # imports torch: not needed for --help
+
     result = pipeline.run(args.spec, args.repo, args.chain, progress=ui.progress)
     if args.json:
         ui.result(json.dumps(result.to_json(), indent=2))

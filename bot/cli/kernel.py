@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import json
 
-from pipelines.kernel import pipeline
 from pipelines.outcome import ExitStatus
 from pipelines.outcome import gates_table
 
@@ -25,6 +24,8 @@ def register(subparsers) -> None:
 
 
 def kernel_command(args, ui) -> ExitStatus:
+    from pipelines.kernel import pipeline  # imports torch: not needed for --help
+
     if args.profile_only:
         _, _, profile = pipeline.understand(args.spec, args.repo, args.name)
         ui.result(json.dumps(profile.to_json(), indent=2) if args.json else profile.to_markdown())

@@ -80,6 +80,7 @@ def context(u: Understanding) -> dict:
         "learnable": [w.name for w in u.weights if w.learnable],
         "grads": grads,
         "scalar_grads": scalar_grads,
+        "scalar_weights": [w.name for w in u.weights if w.scalar],
         "all_grads": grads + scalar_grads,
         "floats": u.runtime_floats,
         "float_params": ref.float_params,

@@ -134,11 +134,6 @@ def understand(spec: Spec, repo) -> Understanding:
     columns = any(not w.scalar for w in weights)
     reduces = forward.row_reductions or backward.row_reductions
     tier = Tier.ELEMENTWISE if not columns and not reduces else Tier.ROWWISE
-    if tier == Tier.ROWWISE and any(w.scalar for w in weights):
-        reason = (
-            "one-element parameters or buffers in a row-wise op (the row-wise template loads (hidden,) weights only)"
-        )
-        return Understanding(spec, ref, Tier.COMPLEX, None, None, weights, [], output_dtype, _refusal_text(reason), "")
     return Understanding(spec, ref, tier, forward, backward, weights, runtime, output_dtype, "", graph_code)
 
 

@@ -167,3 +167,22 @@ def test_bad_input_is_refused_and_the_target_untouched(liger_checkout, argv, mes
     assert liger_checkout.git.head() == head
     assert liger_checkout.git.current_branch() == "main"
     assert liger_checkout.git.dirty_paths() == []
+
+
+@pytest.mark.slow
+def test_dyt_a_row_wise_op_with_a_scalar_parameter_end_to_end(liger_checkout):
+    """Liger's own DyT reference (test_dyt.py:TorchDyT): a scalar alpha beside (hidden,) gamma and beta. Before, tier 3
+    ("one-element parameters in a row-wise op"); now alpha's gradient is a whole-tensor sum of per-program partials."""
+    run = pipeline.run(
+        "test/transformers/test_dyt.py:TorchDyT",
+        liger_checkout.root,
+        "dyt_generated",
+        progress=lambda _: None,
+        force=True,
+    )
+    statuses = _statuses(run)
+    assert statuses["checkstyle"] is GateStatus.PASS, run.gates
+    assert statuses["unit tests (CPU, TRITON_INTERPRET=1)"] is GateStatus.PASS, run.gates
+    ops = liger_checkout.path("src/liger_kernel/ops/dyt_generated.py").read_text()
+    assert "_dyt_generated_scalar_grads_kernel" in ops and "alpha = tl.load(alpha_ptr)" in ops
+    assert "return dX.detach(), dalpha, _dgamma.sum(dim=0)" in ops

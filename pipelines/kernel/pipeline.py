@@ -5,6 +5,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from pathlib import Path
 
+from pipelines import pull_request
 from pipelines.kernel import act as act_mod
 from pipelines.kernel import duplicates
 from pipelines.kernel import profile as profile_mod
@@ -17,6 +18,7 @@ from pipelines.outcome import PipelineError
 from pipelines.outcome import gates_table
 from pipelines.outcome import hard_failure
 from pipelines.outcome import result_json
+from pipelines.target import Checkout
 from pipelines.target import open_checkout
 
 
@@ -76,25 +78,38 @@ def run(
     progress(f"wrote {len(changeset.paths)} files on branch {branch}")
     out_dir.mkdir(parents=True, exist_ok=True)
     gates = verify_mod.verify(checkout, u.spec.name, changeset.paths, out_dir)
-    body = pr_body(profile, gates, out_dir)
+    body = pr_body(checkout, profile, gates, out_dir, spec_text, force)
     (out_dir / "pr_body.md").write_text(body)
     return KernelRun(profile, branch, changeset.paths, gates, body)
 
 
-def pr_body(profile: profile_mod.KernelProfile, gates: list[GateResult], out_dir: Path) -> str:
-    parts = [
-        f"## {profile.module_class_name}: a Triton kernel generated from `{profile.source}`",
-        "",
-        f"Tier {profile.tier} ({profile.tier_description}); forward and backward lowered from the ATen graph of the "
-        "reference and of its autograd backward. Only the inputs are saved; the backward recomputes.",
-        "",
-        "### Verify",
-        gates_table(gates),
-    ]
+def pr_body(
+    checkout: Checkout,
+    profile: profile_mod.KernelProfile,
+    gates: list[GateResult],
+    out_dir: Path,
+    spec_text: str,
+    force: bool = False,
+) -> str:
+    """The PR body, in the target's own PR template where it has one (`pipelines.pull_request`)."""
+    summary = (
+        f"Adds `{profile.module_class_name}`, a Triton kernel generated from `{profile.source}`: tier {profile.tier} "
+        f"({profile.tier_description}), forward and backward lowered from the ATen graph of the reference and of its "
+        "autograd backward. Only the inputs are saved; the backward recomputes."
+    )
+    testing = ["### Verify", gates_table(gates)]
     table = out_dir / "benchmark.md"
     if table.exists():
-        parts += ["", "### Benchmark", table.read_text()]
+        testing += ["### Benchmark", table.read_text()]
         if (out_dir / "benchmark.png").is_file():  # relative: pr_body.md sits beside it; the App links its forge's copy
-            parts += ["", "![benchmark](benchmark.png)"]
-    parts += ["", "<details><summary>Kernel profile</summary>", "", profile.to_markdown(), "", "</details>"]
-    return "\n".join(parts) + "\n"
+            testing += ["![benchmark](benchmark.png)"]
+    details = "\n".join(["<details><summary>Kernel profile</summary>", "", profile.to_markdown(), "", "</details>"])
+    parts = pull_request.BodyParts(
+        summary=summary,
+        details=details,
+        testing="\n\n".join(testing),
+        gates=tuple(gates),
+        make_targets={"checkstyle": ("checkstyle",)},
+        reproduce=f"liger-bot kernel {spec_text} --repo DIR --name {profile.operation_name}" + " --force" * force,
+    )
+    return pull_request.body(checkout, parts, pull_request.versions())

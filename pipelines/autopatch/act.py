@@ -718,6 +718,9 @@ MINI_TEST_CONFIG = (
     ("num_local_experts", "4"),
     ("num_experts", "4"),
     ("num_experts_per_tok", "2"),
+    ("n_shared_experts", "1"),  # Dots1's default None builds no model
+    ("n_group", "1"),  # group-limited routing within the 4 experts
+    ("topk_group", "1"),
     ("vocab_size", "1024"),
     ("pad_token_id", "0"),  # some defaults (GLM-4: 151329) point outside the tiny vocabulary
 )

@@ -14,6 +14,7 @@ from __future__ import annotations
 import ast
 import importlib.util
 import re
+import time
 from dataclasses import dataclass
 from dataclasses import field
 from pathlib import Path
@@ -808,21 +809,27 @@ def convergence_config(plan: Plan) -> list[tuple[str, str]]:
 CONVERGENCE_SIZE_FIELDS = ("hidden_size", "intermediate_size", "moe_intermediate_size", "vocab_size")
 
 
+CONFIG_SEARCH_BUDGET_S = 60.0  # a model slow to build at the mini size (Gemma 3n's per-layer tables) stops early
+
+
 def runnable_convergence_fields(plan: Plan, fields: list[tuple[str, str]]) -> list[tuple[str, str]]:
     if _reference_error(plan, fields) is None:
         return fields
+    deadline = time.monotonic() + CONFIG_SEARCH_BUDGET_S
     uncached = _with(fields, "use_cache", "False")
     heads = dict(fields).get("num_attention_heads")
     bases = [uncached] + ([_with(uncached, "num_key_value_heads", heads)] if heads else [])
     for base in bases:
-        if _reference_error(plan, base) is None:
-            return base
-        for name, _ in base:
-            if name in CONVERGENCE_SIZE_FIELDS or name in ("use_cache", "num_key_value_heads"):
-                continue
-            fewer = [(n, v) for n, v in base if n != name]
-            if _reference_error(plan, fewer) is None:
-                return fewer
+        candidates = [base] + [
+            [(n, v) for n, v in base if n != name]
+            for name, _ in base
+            if name not in CONVERGENCE_SIZE_FIELDS and name not in ("use_cache", "num_key_value_heads")
+        ]
+        for candidate in candidates:
+            if time.monotonic() > deadline:
+                return fields  # the whole-model gate reports the model's own error
+            if _reference_error(plan, candidate) is None:
+                return candidate
     return fields  # nothing here helps: the whole-model gate reports the model's own error
 
 

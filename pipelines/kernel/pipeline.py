@@ -100,7 +100,7 @@ def pr_body(
     testing = ["### Verify", gates_table(gates)]
     table = out_dir / "benchmark.md"
     if table.exists():
-        testing += ["### Benchmark", table.read_text()]
+        testing += [f"### Benchmark\n{table.read_text()}"]
         if (out_dir / "benchmark.png").is_file():  # relative: pr_body.md sits beside it; the App links its forge's copy
             testing += ["![benchmark](benchmark.png)"]
     details = "\n".join(["<details><summary>Kernel profile</summary>", "", profile.to_markdown(), "", "</details>"])

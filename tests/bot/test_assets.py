@@ -91,12 +91,14 @@ def kernel_out_dir(out_dir: Path, plot: bytes | None) -> Path:
     """What the kernel pipeline leaves in its out dir after a GPU benchmark: the table, the plot, pr_body.md."""
     from pipelines.kernel.pipeline import pr_body
     from pipelines.kernel.profile import KernelProfile
+    from pipelines.target import Checkout
 
     out_dir.mkdir(parents=True, exist_ok=True)
     (out_dir / "benchmark.md").write_text(TABLE)
     if plot is not None:
         (out_dir / "benchmark.png").write_bytes(plot)
-    (out_dir / "pr_body.md").write_text(pr_body(KernelProfile(**PROFILE), GATES, out_dir))
+    target = Checkout(out_dir.parent)  # no PR template there: the sections follow one another
+    (out_dir / "pr_body.md").write_text(pr_body(target, KernelProfile(**PROFILE), GATES, out_dir, "relu2"))
     return out_dir
 
 

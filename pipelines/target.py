@@ -58,6 +58,13 @@ class Checkout:
         """A pipeline's own output (PR body, tables): next to the checkout, never inside it, so it stays clean."""
         return self.root.parent / f"{self.root.name}.liger-bot" / name
 
+    def output_dir(self, given: str | Path | None, name: str) -> Path:
+        """`--out` as given, else `beside(name)`; refused inside the checkout (the next command would find it dirty)."""
+        out_dir = Path(given or self.beside(name)).resolve()
+        if out_dir.is_relative_to(self.root):
+            raise PipelineError(f"--out {out_dir} is inside the target checkout", hint="choose a folder outside it")
+        return out_dir
+
 
 def open_checkout(directory: str | Path, require_clean: bool = True) -> Checkout:
     root = Path(directory).expanduser()

@@ -791,14 +791,14 @@ def convergence_config(plan: Plan) -> list[tuple[str, str]]:
     checked by running the unpatched HF model once at it (widths shrunk as verify's CPU gate shrinks them)."""
     from pipelines.autopatch import probes
 
-    unbuildable = set(probes._UNBUILDABLE.get(config_class(plan), ()))  # what the probes' tiny model could not take
     cls = config_class(plan)
+    unbuildable = set(probes._UNBUILDABLE.get(cls, ()))  # what the probes' tiny model could not take
     fields = [
         (n, v)
         for n, v in mini_config(plan, MINI_CONVERGENCE_CONFIG)
         if n not in unbuildable and probes._settable(cls, n)  # Falcon's head_dim is a read-only property
     ]
-    fields += stochastic_fields_off(config_class(plan)(), {name for name, _ in fields})
+    fields += stochastic_fields_off(cls(), {name for name, _ in fields})
     return sorted(runnable_convergence_fields(plan, fields))
 
 

@@ -55,9 +55,7 @@ def run(
     force: bool = False,
 ) -> KernelRun:
     checkout, u, profile = understand(spec_text, repo, name)
-    out_dir = Path(out_dir or checkout.beside(f"kernel-{u.spec.name}")).resolve()
-    if out_dir.is_relative_to(checkout.root):  # the next command would find the checkout dirty
-        raise PipelineError(f"--out {out_dir} is inside the target checkout", hint="choose a folder outside it")
+    out_dir = checkout.output_dir(out_dir, f"kernel-{u.spec.name}")
     progress(f"understood {spec_text}: tier {u.tier} ({profile.tier_description}), kernel {u.spec.name}")
     if u.tier == Tier.COMPLEX:
         raise PipelineError(f"{spec_text}: {u.refusal}", hint="the default engine refuses tier-3 ops")

@@ -503,9 +503,7 @@ def run(kernel: str, repo: str | Path, options: Options | None = None, out_dir=N
             f"perf {kernel}: {refusal}",
             hint=f"`liger-bot perf {kernel} --repo {repo} --profile-only` prints what can be read without a GPU",
         )
-    out_dir = Path(out_dir or checkout.beside(f"perf-{kernel}")).resolve()
-    if out_dir.is_relative_to(checkout.root):
-        raise PipelineError(f"--out {out_dir} is inside the target checkout", hint="choose a folder outside it")
+    out_dir = checkout.output_dir(out_dir, f"perf-{kernel}")
     out_dir.mkdir(parents=True, exist_ok=True)
     marker = out_dir / ".interpret"  # what the children are started with is a fact of the workspace
     marker.unlink(missing_ok=True)

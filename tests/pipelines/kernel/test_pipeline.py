@@ -186,3 +186,10 @@ def test_dyt_a_row_wise_op_with_a_scalar_parameter_end_to_end(liger_checkout):
     ops = liger_checkout.path("src/liger_kernel/ops/dyt_generated.py").read_text()
     assert "_dyt_generated_scalar_grads_kernel" in ops and "alpha = tl.load(alpha_ptr)" in ops
     assert "return dX.detach(), dalpha, _dgamma.sum(dim=0)" in ops
+
+
+def test_an_out_folder_inside_the_checkout_is_refused_before_anything_is_written(liger_checkout):
+    head = liger_checkout.git.head()
+    with pytest.raises(PipelineError, match="inside the target checkout"):
+        pipeline.run("relu6", liger_checkout.root, out_dir=liger_checkout.root / "out", progress=lambda _: None)
+    assert liger_checkout.git.head() == head and liger_checkout.git.dirty_paths() == []

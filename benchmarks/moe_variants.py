@@ -7,7 +7,11 @@ stopping at the first:
 - `generated`: the entry as the bot wrote it;
 - `hf-experts`: the same with `swiglu=False` (the HF experts stay: isolates LigerExperts' fused MoE);
 - `qwen3-sizes`: hidden 896 and expert width 768 (Liger's mini_qwen3_moe) instead of 1024 / 1024 or 2048;
-- `bot-sizes` (for Liger's own entries, the controls): hidden 1024 and expert width 1024.
+- `bot-sizes` (for Liger's own entries, the controls): hidden 1024 and expert width 1024;
+- `dense`: as generated with as many experts as the router picks per token (every token reaches every expert, so
+  no routing decision can flip between the two runs);
+- `ieee`: as generated, in a process of its own with `TRITON_F32_DEFAULT=ieee` (Triton's fp32 dots in full fp32
+  instead of TF32: isolates the fused MoE's TF32 rounding).
 
     OUT=... python3 benchmarks/moe_variants.py BARE_REPO OUT MODEL[:variant,variant] ...
 
@@ -21,6 +25,7 @@ import os
 import subprocess
 import sys
 import tempfile
+import threading
 import time
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
@@ -28,6 +33,9 @@ from pathlib import Path
 # Liger's fp32 tolerances for mini_qwen3_moe, which the generated MoE entries copy.
 TOLERANCES = {"loss": (1e-5, 1e-3), "topk_logprobs": (5e-3, 1e-2), "params": (5e-3, 1e-5)}
 DEFAULT_VARIANTS = ("generated", "hf-experts", "qwen3-sizes")
+ROWS: list[dict] = []  # every finished process's rows, written after each: a call cut short keeps them
+ROWS_LOCK = threading.Lock()
+DEADLINE = 0.0
 
 RUNNER = r"""
 import json, sys, time
@@ -65,13 +73,19 @@ def compare(expected, actual):
     return row
 
 expected_cache = {}
+EXPERTS = {}
 for variant in variants:
     started = time.monotonic()
-    sizes = SIZES.get(variant, base)
+    sizes = SIZES.get(variant, base)  # `ieee` keeps the generated sizes: its process sets the environment
     for field, value in sizes.items():
         setattr(config, field, value)
+    for field in ("num_experts", "num_local_experts", "n_routed_experts"):
+        if variant == "dense" and hasattr(config, field):
+            setattr(config, field, config.num_experts_per_tok)
+        elif hasattr(config, field):
+            setattr(config, field, EXPERTS.setdefault(field, getattr(config, field)))
     setup.liger_kernel_patch_func = (lambda **kw: patch(**{**kw, "swiglu": False})) if variant == "hf-experts" else patch
-    key = tuple(sorted(sizes.items()))
+    key = (variant == "dense", tuple(sorted(sizes.items())))
     if key not in expected_cache:
         expected_cache[key] = t.run_mini_model(model_name=name, num_steps=32, dtype=torch.float32, lr=1e-5)
     actual = t.run_mini_model(model_name=name, num_steps=32, dtype=torch.float32, lr=1e-5, with_liger=True)
@@ -93,29 +107,55 @@ def run_model(bare: Path, out: Path, spec: str) -> list[dict]:
     subprocess.run(
         ["git", "-c", "core.hooksPath=/dev/null", "clone", "-q", "-b", branch, str(bare), str(work)], check=True
     )
-    env = {**os.environ, "HF_DATASETS_OFFLINE": "1", "LIGER_FUSED_MOE_AUTOTUNE": "0", "PYTHONPATH": "src"}
-    started = time.monotonic()
-    proc = subprocess.run(
-        [sys.executable, "-c", RUNNER, f"mini_{model}", variants, json.dumps(TOLERANCES)],
-        cwd=work,
-        env=env,
-        capture_output=True,
-        text=True,
-    )
-    (out / f"{model}.log").write_text(proc.stdout + proc.stderr)
-    rows = [json.loads(line[4:]) for line in proc.stdout.splitlines() if line.startswith("ROW ")]
-    if proc.returncode:
-        rows.append({"model": f"mini_{model}", "variant": "error", "tail": proc.stderr[-600:]})
-    print(f"{model} ({branch}): exit {proc.returncode} in {time.monotonic() - started:.0f} s", flush=True)
+    env = {
+        **os.environ,
+        "HF_DATASETS_OFFLINE": "1",
+        "LIGER_FUSED_MOE_AUTOTUNE": "0",
+        "PYTHONPATH": os.pathsep.join(["src", os.environ.get("PYTHONPATH", "")]),
+    }
+    plain = [v for v in variants.split(",") if v != "ieee"]
+    runs = [(plain, env)] if plain else []
+    if "ieee" in variants.split(","):
+        runs.append((["ieee"], {**env, "TRITON_F32_DEFAULT": "ieee"}))
+    rows = []
+    for names, run_env in runs:
+        rows += run_process(model, branch, work, out, names, run_env)
     return rows
 
 
+def run_process(model: str, branch: str, work: Path, out: Path, variants: list[str], env: dict) -> list[dict]:
+    started = time.monotonic()
+    argv = [sys.executable, "-c", RUNNER, f"mini_{model}", ",".join(variants), json.dumps(TOLERANCES)]
+    try:
+        proc = subprocess.run(
+            argv, cwd=work, env=env, capture_output=True, text=True, timeout=max(1.0, DEADLINE - time.monotonic())
+        )
+        stdout, stderr, rc = proc.stdout, proc.stderr, proc.returncode
+    except subprocess.TimeoutExpired as stopped:
+        stdout, stderr, rc = _text(stopped.stdout), _text(stopped.stderr) + "\n(deadline)", "deadline"
+    with (out / f"{model}.log").open("a") as log:
+        log.write(stdout + stderr)
+    rows = [json.loads(line[4:]) for line in stdout.splitlines() if line.startswith("ROW ")]
+    if rc:
+        rows.append({"model": f"mini_{model}", "variant": "error", "tail": stderr[-600:]})
+    print(f"{model} ({branch}, {','.join(variants)}): exit {rc} in {time.monotonic() - started:.0f} s", flush=True)
+    with ROWS_LOCK:
+        ROWS.extend(rows)
+        (out / "moe_variants.json").write_text(json.dumps(ROWS, indent=2))
+    return rows
+
+
+def _text(data) -> str:
+    return data.decode(errors="replace") if isinstance(data, bytes) else data or ""
+
+
 def main() -> int:
+    global DEADLINE
     bare, out, specs = Path(sys.argv[1]), Path(sys.argv[2]), sys.argv[3:]
+    DEADLINE = time.monotonic() + float(os.environ.get("DEADLINE_S", "520"))
     out.mkdir(parents=True, exist_ok=True)
     with ThreadPoolExecutor(len(specs)) as pool:
         rows = [row for rows in pool.map(lambda s: run_model(bare, out, s), specs) for row in rows]
-    (out / "moe_variants.json").write_text(json.dumps(rows, indent=2))
     print("| model | variant | pass | loss bad / max | top-k bad / max | params bad / max | first-step loss diff |")
     print("|---|---|---|---|---|---|---|")
     for r in rows:

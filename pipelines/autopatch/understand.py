@@ -153,20 +153,43 @@ def read_facts(ref: ModelRef) -> Facts:
 
 
 def _read_base(facts: Facts) -> None:
+    """The module holding the decoder layers: the CausalLM's own `self.model` (Llama), or one level deeper when the
+    forward calls that (OPT: `self.model.decoder(...)`, base_attr "model.decoder")."""
     src, causal = facts.src, facts.ref.causal_lm_class
-    for assign in src.self_assignments(causal):
-        local = _local(src, assign.classes)
-        if local and src.method(local[0], "forward") and assign.attr not in ("lm_head",):
-            if any(a.attr in ("layers", "h", "blocks") for a in src.self_assignments(local[0])):
-                facts.base_attr, facts.base_class = assign.attr, local[0]
-                facts.cite("identity", assign.node)
-                return
+    called = {
+        dotted_name(n.func) for n in ast.walk(src.method(causal, "forward") or ast.Module()) if isinstance(n, ast.Call)
+    }
+    for assign, inner in _submodules(src, causal):
+        path = f"{assign.attr}.{inner.attr}" if inner else assign.attr
+        holder = _local(src, (inner or assign).classes)[0]
+        if inner and f"self.{path}" not in called:
+            continue  # a stack one level deeper counts only where the forward runs it directly
+        if any(a.attr in ("layers", "h", "blocks") for a in src.self_assignments(holder)):
+            facts.base_attr, facts.base_class = path, holder
+            facts.cite("identity", assign.node)
+            if inner:
+                facts.cite("identity", inner.node)
+            return
     raise PipelineError(
-        f"{causal} in {src.relative} builds no base model whose own attribute `layers`, `h` or `blocks` holds the "
-        "decoder layers (they sit a level deeper, as OPT's model.decoder.layers, or the model is no decoder stack); "
+        f"{causal} in {src.relative} builds no base model whose attribute `layers`, `h` or `blocks` holds the "
+        "decoder layers, and its forward calls no submodule of one that does (as OPT's `self.model.decoder(...)`); "
         "the generated forward and instance patch read base_model.<layers>",
         hint="not a decoder-only stack autopatch can lay out",
     )
+
+
+def _submodules(src: SourceFile, causal: str):
+    """(assignment, None) for each module class the CausalLM builds, then (assignment, inner) one level down."""
+    outer = [
+        a
+        for a in src.self_assignments(causal)
+        if a.attr != "lm_head" and _local(src, a.classes) and src.method(_local(src, a.classes)[0], "forward")
+    ]
+    yield from ((a, None) for a in outer)
+    for a in outer:
+        for inner in src.self_assignments(_local(src, a.classes)[0]):
+            if _local(src, inner.classes) and src.method(_local(src, inner.classes)[0], "forward"):
+                yield a, inner
 
 
 def _read_decoder(facts: Facts) -> None:
@@ -503,7 +526,7 @@ def decide_hidden_state_access(facts: Facts) -> Decision:
         value = getattr(stmt, "value", None)
         if isinstance(stmt, ast.Assign | ast.AnnAssign) and isinstance(value, ast.Call):
             func = value.func
-            if isinstance(func, ast.Attribute) and func.attr == facts.base_attr:
+            if isinstance(func, ast.Attribute) and dotted_name(func) == f"self.{facts.base_attr}":
                 target = stmt.targets[0] if isinstance(stmt, ast.Assign) else stmt.target
                 outputs_name = getattr(target, "id", None)
                 continue

@@ -244,8 +244,17 @@ WIDTH_FIELDS += ("kv_lora_rank", "q_lora_rank", "qk_nope_head_dim", "qk_rope_hea
 WIDTH_FIELDS += ("rotary_dim",)  # a partial rotary width within head_dim
 
 
-def cpu_config(config: dict) -> dict:
-    return {k: v // CPU_WIDTH_DIVISOR if k in WIDTH_FIELDS and isinstance(v, int) else v for k, v in config.items()}
+# The GPU entry's router picks every expert (act.MINI_CONVERGENCE_CONFIG says why); the CPU gate, exact in fp32,
+# gives it these many experts to pick from, so a patch that routes tokens to the wrong experts shows there.
+CPU_ROUTED_EXPERTS = 8
+
+
+def cpu_config(config: dict, sparse_router: bool = True) -> dict:
+    """The entry at CPU widths; with `sparse_router`, CPU_ROUTED_EXPERTS experts behind its router."""
+    shrunk = {k: v // CPU_WIDTH_DIVISOR if k in WIDTH_FIELDS and isinstance(v, int) else v for k, v in config.items()}
+    if not sparse_router:
+        return shrunk
+    return {k: CPU_ROUTED_EXPERTS if k in act.ROUTED_EXPERT_FIELDS else v for k, v in shrunk.items()}
 
 
 def model_check_spec(profile: Profile, root: Path, device: str, flags: dict | None = None) -> dict:

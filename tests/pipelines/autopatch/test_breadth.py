@@ -70,6 +70,29 @@ def test_gpt_style_layouts_call_the_base_model_the_source_names(model, base):
     assert f"outputs = self.{base}(" in forward and "self.model(" not in forward
 
 
+def test_a_decoder_stack_one_level_down_is_laid_out_where_the_forward_calls_it():
+    # OPT: OPTForCausalLM.forward calls self.model.decoder(...); the layers and the final norm live on OPTDecoder
+    profile = understand("opt")
+    ident = profile.identity
+    assert (ident.base_model_attr, ident.base_model_class, ident.layers_attr) == (
+        "model.decoder",
+        "OPTDecoder",
+        "layers",
+    )
+    plan = act.plan(profile)
+    assert "outputs = self.model.decoder(" in act.render_lce_forward(plan)
+    lookup = act.base_model_lookup("model.decoder", "dummy_model_instance")
+    assert lookup.startswith('getattr(getattr(dummy_model_instance, "model", dummy_model_instance), "decoder", ')
+    test = act.render_instance_test(plan)
+    assert "base_model = " + lookup in " ".join(test.split()) and "for layer in base_model.layers:" in test
+
+
+def test_a_stack_one_level_down_that_the_forward_does_not_call_is_refused():
+    # MusicGen: MusicgenForCausalLM.forward calls self.model(...), whose decoder holds the layers, and no lm_head
+    with pytest.raises(PipelineError, match="calls no submodule of one that does"):
+        understand("musicgen")
+
+
 def test_mixer_only_layers_patch_the_norms_and_the_loss():
     profile = understand("mamba")
     assert profile.value("structure") == "dense" and profile.value("mlp_kind") == "none"

@@ -46,3 +46,24 @@ def test_a_model_that_runs_at_the_mini_config_keeps_it_as_liger_writes_it():
 def test_the_unpatched_model_runs_at_the_generated_mini_config(model):
     plan = act.plan(understand(model))
     assert act._reference_error(plan, act.convergence_config(plan)) is None
+
+
+@pytest.mark.parametrize("model", ["flex_olmo", "ernie4_5_moe", "solar_open"])
+def test_a_routed_model_s_gpu_entry_routes_every_token_to_every_expert_and_the_cpu_gate_routes_sparsely(model):
+    # flex_olmo: num_experts / num_experts_per_tok; ernie4_5_moe: moe_num_experts / moe_k; solar_open: n_routed_experts
+    from pipelines.autopatch import verify
+
+    plan = act.plan(understand(model))
+    fields = {
+        n: int(v) for n, v in act.convergence_config(plan) if n in act.ROUTED_EXPERT_FIELDS + act.ROUTER_TOP_K_FIELDS
+    }
+    experts = {n: v for n, v in fields.items() if n in act.ROUTED_EXPERT_FIELDS}
+    (top_k,) = {v for n, v in fields.items() if n in act.ROUTER_TOP_K_FIELDS}
+    assert experts and set(experts.values()) == {top_k}
+    on_the_cpu = verify.cpu_config(experts)
+    assert set(on_the_cpu.values()) == {verify.CPU_ROUTED_EXPERTS} and verify.CPU_ROUTED_EXPERTS > top_k
+    assert "2 of 2 experts" in plan.tolerance_note
+
+
+def test_a_dense_model_s_note_says_nothing_about_routers():
+    assert "experts" not in act.plan(understand("arcee")).tolerance_note

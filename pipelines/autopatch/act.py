@@ -37,6 +37,7 @@ MONKEY_PATCH = Path("src/liger_kernel/transformers/monkey_patch.py")
 INSTANCE_TEST = Path("test/transformers/test_monkey_patch.py")
 TEST_UTILS = Path("test/utils.py")
 README = Path("README.md")
+RMS_NORM = Path("src/liger_kernel/transformers/rms_norm.py")
 CONVERGENCE_FILES = (
     Path("test/convergence/bf16/test_mini_models.py"),
     Path("test/convergence/bf16/test_mini_models_with_logits.py"),
@@ -90,6 +91,7 @@ class Norm:
     attn: tuple[str, ...]
     optional: tuple[str, ...] = ()  # "attr" / "self_attn" / "self_attn.attr" that not every instance has
     attn_attr: str = "self_attn"
+    subclass: dict | None = None  # a LigerRMSNorm subclass to add to rms_norm.py (class_value names it)
 
     def targets(self, layer: str) -> list[dict]:
         """Per norm on a decoder layer: its owner, attribute, whether an instance may lack it, and how to read it.
@@ -390,7 +392,7 @@ def _plan_norm(profile: Profile, notes: list[str]) -> Norm | None:
     attrs = profile.value("norm_attrs") or {}
     final, decoder, attn = attrs.get("final"), tuple(attrs.get("decoder") or ()), tuple(attrs.get("attn") or ())
 
-    def norm(kind: str, class_value: str, patch_partial: str | None = None) -> Norm:
+    def norm(kind: str, class_value: str, patch_partial: str | None = None, subclass: dict | None = None) -> Norm:
         return Norm(
             kind,
             ident.norm_class,
@@ -401,6 +403,7 @@ def _plan_norm(profile: Profile, notes: list[str]) -> Norm | None:
             attn,
             ident.optional_attrs,
             ident.attn_attr,
+            subclass,
         )
 
     if norm_type == "layer":
@@ -450,7 +453,41 @@ def _plan_norm(profile: Profile, notes: list[str]) -> Norm | None:
         return norm("rms_norm", "LigerRMSNorm")
     options = f'offset={float(offset)!r}, casting_mode="{mode}", in_place={bool(in_place)}'
     init = ', init_fn="zeros"' if float(offset) else ""
-    return norm("rms_norm", f"partial(LigerRMSNorm, {options}{init})", f"partial(_patch_rms_norm_module, {options})")
+    instance_patch = f"partial(_patch_rms_norm_module, {options})"
+    checked_at = isinstance_checks(profile, ident.norm_class)
+    if not checked_at:
+        return norm("rms_norm", f"partial(LigerRMSNorm, {options}{init})", instance_patch)
+    # a class the modeling file tests with isinstance (its _init_weights) must stay a class: Liger's convention,
+    # a LigerRMSNorm subclass with these defaults in rms_norm.py (as LigerRMSNormForGemma)
+    name = f"LigerRMSNormFor{_pascal(ident.display_name)}"
+    subclass = {
+        "name": name,
+        "hf_class": ident.norm_class,
+        "checked_at": checked_at,
+        "offset": repr(float(offset)),
+        "casting_mode": mode,
+        "init_fn": "zeros" if float(offset) else "ones",
+        "in_place": bool(in_place),
+    }
+    return norm("rms_norm", name, instance_patch, subclass)
+
+
+def _pascal(display_name: str) -> str:
+    return "".join(part[:1].upper() + part[1:] for part in re.split(r"[^0-9A-Za-z]+", display_name) if part)
+
+
+def isinstance_checks(profile: Profile, class_name: str) -> str | None:
+    """`file:line` of the first `isinstance(..., class_name)` of the modeling file, if it has one."""
+    from pipelines.autopatch.source import load
+    from pipelines.autopatch.source import site_packages
+
+    path = site_packages() / profile.identity.modeling_file
+    for node in ast.walk(load(path).tree):
+        if isinstance(node, ast.Call) and getattr(node.func, "id", None) == "isinstance" and len(node.args) == 2:
+            kinds = node.args[1].elts if isinstance(node.args[1], ast.Tuple) else [node.args[1]]
+            if any(getattr(kind, "id", None) == class_name for kind in kinds):
+                return f"{profile.identity.modeling_file}:{node.lineno}"
+    return None
 
 
 def layer_norm_lacks(profile: Profile) -> list[str]:
@@ -510,7 +547,48 @@ def _plan_mlp(profile: Profile, notes: list[str]) -> Mlp | None:
     param, label, cls = liger[kind]
     instance = f"_patch_geglu_module({mlp})" if kind == "geglu" else f"_patch_swiglu_module({mlp}, {cls})"
     before, after = _getsource_checks(f"layer.{ident.mlp_attr}", cls)
+    differs = class_swap_differs(profile, ident.mlp_class, cls)
+    if differs:
+        notes.append(f"{ident.mlp_class} is patched on instances only: {differs}.")
+        return Mlp(param, label, "pass  # every swap is made on instances", instance, before, after)
     return Mlp(param, label, f"{modeling}.{ident.mlp_class} = {cls}", instance, before, after)
+
+
+def _liger_mlp_parameters(liger_class: str, hidden: int, width: int) -> dict[str, tuple[int, ...]]:
+    """The parameters Liger's MLP builds from a config (swiglu.py / geglu.py: bias-free, config.intermediate_size)."""
+    if liger_class == "LigerPhi3SwiGLUMLP":
+        return {"gate_up_proj.weight": (2 * width, hidden), "down_proj.weight": (hidden, width)}
+    return {"gate_proj.weight": (width, hidden), "up_proj.weight": (width, hidden), "down_proj.weight": (hidden, width)}
+
+
+def class_swap_differs(profile: Profile, hf_class: str, liger_class: str) -> str | None:
+    """Why replacing the HF MLP class by Liger's would build other parameters (RecurrentGemma: biases, half the
+    config's width), or None when it builds the same: the instance patch keeps HF's modules and only binds
+    Liger's forward, the class swap builds Liger's. Checked on the probes' tiny config."""
+    from pipelines.autopatch import probes
+
+    ident = profile.identity
+    modeling = importlib.import_module(ident.modeling_module)
+    try:
+        config_cls = getattr(modeling, ident.config_class, None)  # the modeling file imports its config class
+        if config_cls is None:
+            configuration = ident.modeling_module.rsplit(".", 1)[0] + "." + ident.modeling_module.rsplit(".", 1)[1]
+            config_cls = getattr(
+                importlib.import_module(configuration.replace("modeling_", "configuration_")), ident.config_class
+            )
+        config = probes.tiny_config(config_cls)
+        built = getattr(modeling, hf_class)(config)
+    except Exception:  # needs more than a config (a layer index): as before, the whole-model gate judges the swap
+        return None
+    got = {name: tuple(p.shape) for name, p in built.named_parameters()}
+    expected = _liger_mlp_parameters(liger_class, config.hidden_size, config.intermediate_size)
+    if got == expected:
+        return None
+    only_hf = sorted(set(got) - set(expected))
+    reshaped = sorted(n for n in set(got) & set(expected) if got[n] != expected[n])
+    parts = [f"{liger_class} has no {', '.join(only_hf)}"] if only_hf else []
+    parts += [f"{n} is {got[n]} in HF, {expected[n]} in {liger_class}" for n in reshaped]
+    return "; ".join(parts) or f"{liger_class} builds {', '.join(sorted(set(expected) - set(got)))} it lacks"
 
 
 MOE_DENSE_MLP = "LigerSwiGLUMLP"  # the dense layers and shared experts of MoE models (Liger: also Qwen3Moe-named)
@@ -963,8 +1041,9 @@ def _apply_fn(plan: Plan) -> str:
 
 
 # Where each name the generated apply function uses comes from (a removal or refactor may have dropped it).
+RMS_NORM_MODULE = "liger_kernel.transformers.rms_norm"
 LIGER_IMPORTS = {
-    "LigerRMSNorm": "liger_kernel.transformers.rms_norm",
+    "LigerRMSNorm": RMS_NORM_MODULE,
     "LigerLayerNorm": "liger_kernel.transformers.layer_norm",
     "LigerSwiGLUMLP": "liger_kernel.transformers.swiglu",
     "LigerPhi3SwiGLUMLP": "liger_kernel.transformers.swiglu",
@@ -986,15 +1065,23 @@ def _module_level_names(source: str) -> set[str]:
     return names
 
 
-def ensure_liger_imports(source: str, function: str) -> str:
-    """Import every Liger name `function` uses that monkey_patch.py does not bind at module level."""
+def ensure_liger_imports(source: str, function: str, added: dict[str, str] | None = None) -> str:
+    """Import every Liger name `function` uses that monkey_patch.py does not bind at module level (`added`: names
+    this changeset defines, and their modules)."""
+    known = {**LIGER_IMPORTS, **(added or {})}
     used = {n.id for n in ast.walk(ast.parse(function)) if isinstance(n, ast.Name)}
-    for name in sorted((used & LIGER_IMPORTS.keys()) - _module_level_names(source)):
-        line, key = f"from {LIGER_IMPORTS[name]} import {name}", f"{LIGER_IMPORTS[name]}.{name}"
+    for name in sorted((used & known.keys()) - _module_level_names(source)):
+        line, key = f"from {known[name]} import {name}", f"{known[name]}.{name}"
         source = edits.insert_top_level(
             source, lambda n: edits.imported_name(n, "liger_kernel.transformers."), key, line
         )
     return source
+
+
+def edit_rms_norm(source: str, plan: Plan) -> str:
+    subclass = plan.norm.subclass
+    block = render.render("autopatch/rms_norm_subclass.py.j2", **subclass)
+    return edits.insert_top_level(source, lambda n: edits.defined_name(n, "LigerRMSNormFor"), subclass["name"], block)
 
 
 def edit_monkey_patch(source: str, plan: Plan) -> str:
@@ -1005,7 +1092,8 @@ def edit_monkey_patch(source: str, plan: Plan) -> str:
         source, lambda n: edits.imported_name(n, "liger_kernel.transformers.model."), key, line
     )
     function = render.render("autopatch/monkey_patch_fn.py.j2", **plan.context())
-    source = ensure_liger_imports(source, function)
+    subclass = plan.norm.subclass if plan.norm else None
+    source = ensure_liger_imports(source, function, {subclass["name"]: RMS_NORM_MODULE} if subclass else {})
     source = edits.insert_top_level(
         source, lambda n: edits.defined_name(n, "apply_liger_kernel_to_"), _apply_fn(plan), function
     )
@@ -1132,6 +1220,8 @@ def build_changeset(checkout: Checkout, profile: Profile) -> Changeset:
         (TEST_UTILS, edit_test_utils),
         (README, edit_readme),
     ]
+    if the_plan.norm and the_plan.norm.subclass:
+        edits_by_file.append((RMS_NORM, edit_rms_norm))
     forward = render_lce_forward(the_plan, lm_head_helper_module(checkout.root))
     changes = [FileChange(str(new_file), forward, created=True)]
     try:

@@ -115,8 +115,8 @@ def string_value(node: ast.AST) -> str | None:
 
 
 def defined_name(node: ast.stmt, prefix: str) -> str | None:
-    """The name of a top-level function whose name starts with `prefix`."""
-    if isinstance(node, ast.FunctionDef) and node.name.startswith(prefix):
+    """The name of a top-level function or class whose name starts with `prefix`."""
+    if isinstance(node, ast.FunctionDef | ast.ClassDef) and node.name.startswith(prefix):
         return node.name
     return None
 

@@ -161,6 +161,14 @@ def gate_cpu_numerics(profile: Profile, root: Path, runner: Runner) -> GateResul
         return GateResult(
             CPU_NUMERICS, GateStatus.SKIP, "GPU host: the whole-model gate ran the real kernels", hard=False
         )
+    own_cap = [op["softcap"] for op in act.logits_ops(profile) if "softcap" in op]
+    if own_cap:  # RecurrentGemma: `tanh(logits / cap) * cap` whatever the config says, so it cannot be switched off
+        why = (
+            f"the forward caps its logits with {own_cap[0]} unconditionally, and Liger's softcap path"
+            " (`softcap.to(tl.float32)` on a scalar) does not run in Triton's interpreter: the whole-model gate's"
+            " PyTorch references and Liger's GPU convergence test check it"
+        )
+        return GateResult(CPU_NUMERICS, GateStatus.SKIP, why, hard=False)
     from pipelines.autopatch import probes  # torch: only this gate needs it
 
     the_plan = act.plan(profile)

@@ -8,6 +8,8 @@ GPU, aot_eager for fast CPU checks).
 
 from __future__ import annotations
 
+import copy
+import logging
 from collections.abc import Callable
 from dataclasses import dataclass
 from dataclasses import field
@@ -19,6 +21,8 @@ from pipelines.fuse.runtime.graph_pass import fuse_pass
 from pipelines.fuse.runtime.loop_capture import capture_loops
 from pipelines.fuse.runtime.registry import Registry
 
+log = logging.getLogger("liger_fuse")
+
 
 @dataclass
 class FuseStats:
@@ -28,6 +32,7 @@ class FuseStats:
     graphs_compiled: int = 0
     loops_captured: int = 0
     graph_sizes: list[int] = field(default_factory=list)
+    fallbacks: list[str] = field(default_factory=list)  # graphs compiled unchanged because the rewritten one failed
 
     @property
     def replaced(self) -> dict[str, int]:
@@ -41,9 +46,22 @@ class FuseStats:
 def make_backend(stats: FuseStats, inner: str | Callable = "inductor") -> Callable:
     def liger_fuse_backend(gm: torch.fx.GraphModule, example_inputs):
         stats.graphs_compiled += 1
-        fuse_pass(gm, stats.registry)
-        stats.graph_sizes.append(len(gm.graph.nodes))
-        return _inner(inner)(gm, example_inputs)
+        pristine = torch.fx.GraphModule(gm, copy.deepcopy(gm.graph))  # the graph as Dynamo gave it
+        replaced = None  # the pass itself may fail: then it counts as ours
+        try:
+            replaced = fuse_pass(gm, stats.registry)
+            stats.graph_sizes.append(len(gm.graph.nodes))
+            return _inner(inner)(gm, example_inputs)
+        except Exception as exc:
+            if replaced == 0:
+                raise  # nothing of ours in the graph: plain torch.compile fails the same way
+            # a replacement that does not compile must not turn a model plain torch.compile runs into one that
+            # crashes: this graph is compiled as it came, and the fallback counted and logged
+            stats.fallbacks.append(f"{type(exc).__name__}: {str(exc).splitlines()[0] if str(exc) else ''}"[:300])
+            log.warning(
+                "liger_fuse: the rewritten graph did not compile (%s); compiling it unchanged", stats.fallbacks[-1]
+            )
+            return _inner(inner)(pristine, example_inputs)
 
     return liger_fuse_backend
 

@@ -55,7 +55,9 @@ def default_kernels() -> list[Kernel]:
         Kernel(
             "triton_partitioned_mean",
             "partitioned_mean",
-            Condition(("cuda", "cpu"), float_types, (2,), _triton_runs, "CPU without TRITON_INTERPRET=1"),
+            Condition(
+                ("cuda", "cpu"), (*float_types, torch.float16), (2,), _triton_runs, "CPU without TRITON_INTERPRET=1"
+            ),
         ),
         # Liger's Triton kernels do not run under the interpreter on CPU: CUDA only
         Kernel(

@@ -18,7 +18,7 @@ import sys
 
 import torch
 
-SUPPORTED_DTYPES = (torch.float32, torch.bfloat16)
+SUPPORTED_DTYPES = (torch.float32, torch.bfloat16, torch.float16)  # accumulated in fp32 whatever the input
 
 
 def interpreter_active() -> bool:
@@ -82,7 +82,8 @@ def _tuned_config(
     if dtype == torch.bfloat16 and pairs:
         unroll = 2 if _shared_memory(device) >= 96 * 1024 else 1  # 2 tiles x 3 stages buffer 64 KB per program
         return {**cuda, "R": 1024, "BLOCK_D": block_d, "UNROLL": unroll, "LOOP_STAGES": 3, "PAIRS": True}
-    if dtype == torch.bfloat16:  # odd widths, misaligned values, the grouped kernel: bf16 row tiles (run 4)
+    if dtype in (torch.bfloat16, torch.float16):  # odd widths, misaligned values, the grouped kernel, fp16 (not
+        # measured: the 2-byte row tiles of bf16's run 4; fp16 cannot take the 32-bit-word trick, a bf16 bit shift)
         return {**cuda, "BLOCK_D": min(128, block_d), "LOOP_STAGES": 3}
     return {**cuda, "R": 1024, "BLOCK_D": min(128, block_d), "UNROLL": 4}
 
@@ -115,7 +116,30 @@ def _launcher(kernel, traceable: bool):
 def _check(values: torch.Tensor, offsets: torch.Tensor) -> None:
     torch._check(values.dim() == 2, lambda: f"values must be [N, D], got {tuple(values.shape)}")
     torch._check(offsets.dim() == 1 and offsets.shape[0] >= 2, lambda: "offsets must be [B+1] with B >= 1")
-    torch._check(values.dtype in SUPPORTED_DTYPES, lambda: f"values dtype {values.dtype} is not fp32/bf16")
+    torch._check(values.dtype in SUPPORTED_DTYPES, lambda: f"values dtype {values.dtype} is not fp32/bf16/fp16")
+    torch._check(
+        not offsets.dtype.is_floating_point and not offsets.dtype.is_complex and offsets.dtype != torch.bool,
+        lambda: f"offsets must be an integer tensor, got {offsets.dtype}",
+    )
+
+
+def check_offsets(values: torch.Tensor, offsets: torch.Tensor) -> None:
+    """The eager entry point's value checks (one device sync): offsets never decrease and stay within [0, N], so no
+    partition reads outside `values` (rows before offsets[0] or after offsets[-1] belong to no partition, as
+    defined). Under a trace the values are unknown; the pass builds its offsets from lengths or sizes."""
+    _check(values, offsets)
+    if torch.compiler.is_compiling() or isinstance(offsets, torch._subclasses.FakeTensor):
+        return
+    rows = values.shape[0]
+    first, last = int(offsets[0]), int(offsets[-1])
+    if first < 0 or last > rows:
+        raise ValueError(f"offsets must lie within [0, N={rows}] (values' rows), got {first}..{last}")
+    steps = offsets[1:] - offsets[:-1]
+    if bool((steps < 0).any()):
+        at = int(torch.nonzero(steps < 0)[0, 0])
+        raise ValueError(
+            f"offsets must not decrease: offsets[{at}]={int(offsets[at])} > offsets[{at + 1}]={int(offsets[at + 1])}"
+        )
 
 
 def _readable_in_pairs(values: torch.Tensor) -> bool:
@@ -262,7 +286,7 @@ def grouped_partitioned_mean_backward(grads: list[torch.Tensor], offsets: list[t
 def _triton_dtype(dtype: torch.dtype):
     import triton.language as tl
 
-    return {torch.float32: tl.float32, torch.bfloat16: tl.bfloat16}[dtype]
+    return {torch.float32: tl.float32, torch.bfloat16: tl.bfloat16, torch.float16: tl.float16}[dtype]
 
 
 # --- opaque custom ops: the kernels launched from Python; what the interpreter (CPU) path runs ---
@@ -293,6 +317,7 @@ def _(grad_out, offsets, rows):
 
 @torch.library.triton_op("liger_fuse::partitioned_mean", mutates_args=())
 def partitioned_mean(values: torch.Tensor, offsets: torch.Tensor) -> torch.Tensor:
+    check_offsets(values, offsets)
     if interpreter_active():
         return partitioned_mean_opaque(values, offsets)
     return partitioned_mean_forward(values, offsets, traceable=True)
@@ -321,6 +346,8 @@ partitioned_mean.register_autograd(_backward, setup_context=_setup_context)
 
 @torch.library.custom_op("liger_fuse::grouped_partitioned_mean", mutates_args=())
 def grouped_partitioned_mean(values: list[torch.Tensor], offsets: list[torch.Tensor]) -> list[torch.Tensor]:
+    for feature_values, feature_offsets in zip(values, offsets, strict=True):
+        check_offsets(feature_values, feature_offsets)
     return grouped_partitioned_mean_forward(values, offsets)
 
 

@@ -97,10 +97,50 @@ def test_offsets_variant_of_segment_reduce_is_replaced():
 
 def test_a_failing_dtype_condition_leaves_the_original_ops():
     compiled, graphs = _compiled(segment_reduce_form)
-    out = compiled(torch.randn(10, 4, dtype=torch.float16), LENGTHS)
+    out = compiled(torch.randn(10, 4, dtype=torch.float64), LENGTHS)
     assert compiled.liger_fuse_stats.replaced == {}
     assert compiled.liger_fuse_stats.declined == {"segment_reduce_mean": 1}
-    assert "segment_reduce" in _targets(graphs) and out.dtype == torch.float16
+    assert "segment_reduce" in _targets(graphs) and out.dtype == torch.float64
+
+
+def test_fp16_values_are_pooled_by_the_kernel():
+    values = torch.randn(10, 4, dtype=torch.float16)
+    compiled, graphs = _compiled(segment_reduce_form)
+    out = compiled(values, LENGTHS)
+    assert compiled.liger_fuse_stats.replaced == {"segment_reduce_mean": 1} and out.dtype == torch.float16
+    torch.testing.assert_close(out, pooling.partitioned_mean_reference(values, OFFSETS))
+
+
+def _refusing_rewritten_graphs(gm, example_inputs):
+    """An inner compiler that cannot compile a graph holding our kernel (as Dynamo's fake run of a replacement can
+    fail) and compiles anything else."""
+    if any("triton_partitioned_mean" in t for t in _targets([gm])):
+        raise RuntimeError("the replacement does not trace")
+    return gm.forward
+
+
+def test_a_rewritten_graph_that_does_not_compile_falls_back_to_the_graph_as_it_came():
+    torch._dynamo.reset()
+    values = torch.randn(10, 4)
+    compiled = fuse_compile(segment_reduce_form, inner=_refusing_rewritten_graphs)
+    torch.testing.assert_close(compiled(values, LENGTHS), segment_reduce_form(values, LENGTHS))
+    assert compiled.liger_fuse_stats.fallbacks == ["RuntimeError: the replacement does not trace"]
+
+
+def test_a_graph_the_pass_left_alone_fails_as_plain_torch_compile_would():
+    torch._dynamo.reset()
+
+    def refuse_all(gm, example_inputs):
+        raise RuntimeError("the inner compiler refuses")
+
+    compiled = fuse_compile(lambda v: v * 2, inner=refuse_all)
+    try:
+        compiled(torch.randn(3))
+    except Exception as exc:  # Dynamo wraps the backend's error
+        assert "the inner compiler refuses" in str(exc)
+    else:
+        raise AssertionError("a failure that is not the pass's own was hidden")
+    assert compiled.liger_fuse_stats.fallbacks == []
 
 
 def test_include_self_scatter_reduce_is_not_a_partitioned_mean():

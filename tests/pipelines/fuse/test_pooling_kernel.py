@@ -27,7 +27,7 @@ def _reference_grad(grad, offsets, rows):
     return torch.repeat_interleave(scaled, lengths, dim=0, output_size=rows)
 
 
-@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16, torch.float16])
 @pytest.mark.parametrize("case", CASES)
 def test_forward_and_backward_match_the_definition(case, dtype):
     offsets = _offsets(CASES[case])
@@ -42,6 +42,26 @@ def test_forward_and_backward_match_the_definition(case, dtype):
     torch.testing.assert_close(
         values.grad.double(), _reference_grad(grad, offsets, values.shape[0]), rtol=tol, atol=tol
     )
+
+
+@pytest.mark.parametrize(
+    ("offsets", "message"),
+    [
+        ([0, 5, 3, 10], r"offsets must not decrease: offsets\[1\]=5 > offsets\[2\]=3"),
+        ([0, 3, 11], r"offsets must lie within \[0, N=10\]"),
+        ([-1, 3, 10], r"offsets must lie within \[0, N=10\]"),
+    ],
+)
+def test_offsets_that_would_read_outside_the_values_are_refused_with_the_reason(offsets, message):
+    with pytest.raises(ValueError, match=message):
+        pooling.partitioned_mean(torch.randn(10, 4), torch.tensor(offsets))
+    with pytest.raises(ValueError, match=message):
+        pooling.grouped_partitioned_mean([torch.randn(10, 4)], [torch.tensor(offsets)])
+
+
+def test_offsets_of_a_floating_dtype_are_refused():
+    with pytest.raises(RuntimeError, match="offsets must be an integer tensor, got torch.float32"):
+        pooling.partitioned_mean(torch.randn(10, 4), torch.tensor([0.0, 3.0, 10.0]))
 
 
 def test_empty_partitions_give_zeros_not_nan():

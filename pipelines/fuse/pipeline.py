@@ -6,10 +6,12 @@ from dataclasses import dataclass
 from dataclasses import field
 
 from pipelines import target
+from pipelines.changeset import format_with_target_style
 from pipelines.fuse import act
 from pipelines.fuse import model_spec
 from pipelines.fuse.understand import Profile
 from pipelines.fuse.understand import understand
+from pipelines.fuse.verify import checkstyle_gate
 from pipelines.fuse.verify import verify
 from pipelines.outcome import GateResult
 from pipelines.outcome import PipelineError
@@ -48,8 +50,11 @@ def run(spec: str, repo: str, chain_index: int = 0, progress=lambda text: None) 
     branch = f"liger-bot/fuse-{name.replace('_', '-')}"
     checkout.git.checkout(branch, create_from="HEAD")
     path = act.write_pass(checkout.root, spec, chain.ops, _chain_args(model, inputs, chain))
+    written = [str(p.relative_to(checkout.root)) for p in (path, path.parent / "__init__.py")]
+    format_with_target_style(checkout, written)  # the target's isort order and format, as autopatch's files
     progress(f"wrote {path.relative_to(checkout.root)}; verifying")
     result.gates, result.figures = verify(model, inputs, path)
+    result.gates.insert(0, checkstyle_gate(checkout.root, path))
     checkout.git.commit_all(f"fuse: add the {name} pass (liger-bot fuse {spec})")
     result.branch = branch
     result.files = [str(path.relative_to(checkout.root))]

@@ -180,3 +180,21 @@ def test_liger_families_are_registered_and_cuda_only():
     compiled(torch.randn(2, 8), torch.randn(8), torch.randn(2, 8))
     assert compiled.liger_fuse_stats.declined == {"rms_norm": 1, "swiglu": 1}  # matched, device=cuda fails
     assert "rsqrt" in _targets(graphs) and "silu" in _targets(graphs)
+
+
+def test_a_speed_claim_on_a_gpu_needs_a_gain_beyond_the_spread_of_the_rounds():
+    from pipelines.fuse.verify import step_time_gate
+
+    def figures(with_ms, without_ms):
+        return {
+            "step_ms_with": sorted(with_ms)[2],
+            "step_ms_without": sorted(without_ms)[2],
+            "step_ms_rounds": {"with": with_ms, "without": without_ms},
+        }
+
+    steady = figures([9.0, 9.1, 9.0, 9.1, 9.0], [10.0, 10.1, 10.0, 10.1, 10.0])
+    assert step_time_gate(steady, "cuda").status.value == "PASS"
+    noisy = figures([9.0, 9.1, 9.0, 9.1, 9.0], [10.0, 12.5, 9.5, 10.1, 10.0])  # spread 3 ms > gain 1 ms
+    assert step_time_gate(noisy, "cuda").status.value == "FAIL"
+    assert step_time_gate(figures([9.9] * 5, [10.0] * 5), "cuda").status.value == "FAIL"  # 1%: under the threshold
+    assert step_time_gate(steady, "cpu").status.value == "SKIP"

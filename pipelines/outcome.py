@@ -14,6 +14,7 @@ class ExitStatus(enum.IntEnum):
     USAGE = 2  # argparse's own status for a malformed command line
     REFUSED = 3  # the input was understood and refused: unknown model, dirty checkout, bad --set ...
     GATE_FAILED = 4  # the pipeline ran and a hard verify gate failed
+    INTERRUPTED = 130  # Ctrl-C: 128 + SIGINT, as a shell reports a process SIGINT stopped
 
 
 class PipelineError(Exception):

@@ -22,3 +22,64 @@ def test_help_of_every_command_does_not_import_torch():
     done = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True, timeout=120)
     assert done.returncode == 0, done.stderr
     assert done.stdout.strip() == "[]"
+
+
+def _run(argv, handler=None):
+    import io
+
+    from bot.cli import program
+
+    out, err = io.StringIO(), io.StringIO()
+    if handler is None:
+        return program(argv, {}, out, err), out.getvalue(), err.getvalue()
+    import bot.cli as cli
+
+    parser = cli.build_parser()
+    original = cli.build_parser
+    try:
+        cli.build_parser = lambda: _with_handler(parser, handler)
+        return program(argv, {}, out, err), out.getvalue(), err.getvalue()
+    finally:
+        cli.build_parser = original
+
+
+def _with_handler(parser, handler):
+    """The real parser with every subcommand's handler replaced: the CLI's own error handling around it."""
+    for action in parser._subparsers._group_actions:
+        for sub in action.choices.values():
+            sub.set_defaults(handler=handler)
+    return parser
+
+
+def test_a_refusal_with_json_is_a_versioned_json_object_on_stdout(tmp_path):
+    import json
+
+    from pipelines.outcome import ExitStatus
+
+    status, out, err = _run(["autopatch", "nosuchmodel", "--repo", str(tmp_path / "missing"), "--json"])
+    assert status == ExitStatus.REFUSED and "error:" in err
+    payload = json.loads(out)
+    assert payload["schema"] == 1 and payload["error"]["status"] == int(ExitStatus.REFUSED)
+    assert payload["error"]["message"]
+
+
+def test_ctrl_c_exits_130_and_says_so():
+    from pipelines.outcome import ExitStatus
+
+    def interrupted(args, ui):
+        raise KeyboardInterrupt
+
+    status, out, err = _run(["autopatch", "olmo", "--repo", "x", "--json"], interrupted)
+    assert status == ExitStatus.INTERRUPTED == 130 and "interrupted" in err
+    assert '"status": 130' in out
+
+
+def test_quiet_silences_progress_and_keeps_errors():
+    def chatty(args, ui):
+        ui.progress("working")
+        ui.error("but this one matters")
+        return 0
+
+    _, _, loud = _run(["autopatch", "olmo", "--repo", "x"], chatty)
+    _, _, quiet = _run(["-q", "autopatch", "olmo", "--repo", "x"], chatty)
+    assert "working" in loud and "working" not in quiet and "but this one matters" in quiet

@@ -757,6 +757,19 @@ def lm_head_facts(plan: Plan) -> tuple[bool, str | None]:
     return bool(lm_head_has_bias(src, ident.causal_lm_class)), lm_head_input_cast(src, ident.causal_lm_class)
 
 
+def loss_vocab_size(plan: Plan) -> str:
+    """The vocab_size HF's forward hands its loss (understand.loss_vocab_size), for the forward's logits path."""
+    from pipelines.autopatch.source import load
+    from pipelines.autopatch.source import site_packages
+    from pipelines.autopatch.understand import loss_vocab_size as read
+
+    ident = plan.profile.identity
+    try:
+        return read(load(site_packages() / ident.modeling_file), ident.causal_lm_class)
+    except (OSError, SyntaxError):  # a profile of a model this environment lacks: Liger's plain call
+        return "self.config.vocab_size"
+
+
 def render_lce_forward(plan: Plan, helper_module: str = "liger_kernel.transformers.model.llama") -> str:
     names = forward_param_names(plan)
     ops = [op for op in logits_ops(plan.profile) if "softcap" not in op]
@@ -784,6 +797,7 @@ def render_lce_forward(plan: Plan, helper_module: str = "liger_kernel.transforme
         lm_head_helper_module=helper_module,
         lm_head_bias=bias,
         lm_head_input_cast=cast,
+        loss_vocab_size=loss_vocab_size(plan),
     )
 
 

@@ -731,6 +731,23 @@ def lm_head_input_cast(src, causal_lm_class: str) -> str | None:
     return None
 
 
+# What the CausalLM's own loss call may pass as vocab_size and the generated forward can repeat: the config's
+# field, or the logits' own width (Inkling 2: lm_head writes `unpadded_vocab_size`, fewer than `vocab_size`).
+_VOCAB_SIZE_FORMS = re.compile(r"^(self\.config(\.[A-Za-z_][A-Za-z0-9_]*)+|logits\.shape\[-1\]|logits\.size\(-1\))$")
+
+
+def loss_vocab_size(src, causal_lm_class: str) -> str:
+    """The `vocab_size=` the CausalLM's forward hands `self.loss_function`, where it is one of _VOCAB_SIZE_FORMS;
+    Liger's forwards' `self.config.vocab_size` otherwise."""
+    forward = src.method(causal_lm_class, "forward")
+    for node in ast.walk(forward) if forward else ():
+        if isinstance(node, ast.Call) and dotted_name(node.func) == "self.loss_function":
+            given = next((ast.unparse(k.value) for k in node.keywords if k.arg == "vocab_size"), None)
+            if given and _VOCAB_SIZE_FORMS.match(given):
+                return given
+    return "self.config.vocab_size"
+
+
 def decide_logits_transform(facts: Facts) -> Decision:
     """Settled None when CausalLM.forward passes lm_head's output to the loss untouched (slicing, casts and
     config-driven softcapping aside); settled with the ops as data (`[{"multiply": "self.logit_scale"}]`,

@@ -227,3 +227,31 @@ def test_recurrent_gemma_s_patch_passes_the_whole_model_gate(recurrent_gemma, li
     assert gate.status.value == "PASS", gate.detail
     numerics = verify.gate_cpu_numerics(recurrent_gemma, liger_checkout.root, verify.LocalRunner(has_gpu=False))
     assert numerics.status.value == "SKIP" and "unconditionally" in numerics.detail and not numerics.hard
+
+
+@pytest.mark.parametrize(
+    ("given", "used"),
+    [
+        ("logits.shape[-1]", "logits.shape[-1]"),  # Inkling 2: lm_head writes unpadded_vocab_size columns
+        ("self.config.text_config.vocab_size", "self.config.text_config.vocab_size"),
+        ("self.config.vocab_size", "self.config.vocab_size"),
+        ("compute_vocab(self)", "self.config.vocab_size"),  # not a form the forward can repeat: Liger's own
+    ],
+)
+def test_the_logits_path_hands_the_loss_the_vocab_size_hf_hands_it(tmp_path, given, used):
+    from pipelines.autopatch.source import SourceFile
+    from pipelines.autopatch.understand import loss_vocab_size
+
+    path = tmp_path / "modeling_x.py"
+    path.write_text(
+        "class XForCausalLM:\n"
+        "    def forward(self, h, labels):\n"
+        "        logits = self.lm_head(h)\n"
+        f"        return self.loss_function(logits=logits, labels=labels, vocab_size={given})\n"
+    )
+    assert loss_vocab_size(SourceFile(path), "XForCausalLM") == used
+
+
+def test_a_padded_vocabulary_s_forward_reshapes_logits_by_their_own_width():
+    forward = act.render_lce_forward(act.plan(understand("inkling2_text")))
+    assert "vocab_size=logits.shape[-1]," in forward and "vocab_size=self.config.vocab_size" not in forward

@@ -41,6 +41,22 @@ def _extras(plan: act.Plan) -> dict:
         "lr": "1e-5",
         "dtype": "bfloat16" if plan.moe else "float32",
         "tolerances": ["1e-2", "5e-2", "1e-1", "1e-2", "1e-2", "1e-2"],
+        # Inkling 2's lm_head writes fewer columns than vocab_size: its loss reads the logits' own width
+        "loss_vocab_size": "logits.shape[-1]" if plan.model_type == "gemma" else "self.config.vocab_size",
+        **_rms_norm_subclass(plan),
+    }
+
+
+def _rms_norm_subclass(plan: act.Plan) -> dict:
+    """rms_norm_subclass.py.j2's fields, as act writes them for a norm class its modeling file tests with isinstance."""
+    return {
+        "name": f"LigerRMSNormFor{plan.profile.identity.display_name.replace(' ', '')}",
+        "hf_class": plan.profile.identity.norm_class or "SampleRMSNorm",
+        "checked_at": f"{plan.profile.identity.modeling_file}:1",
+        "offset": "1.0" if plan.model_type == "gemma" else "0.0",
+        "casting_mode": "gemma" if plan.model_type == "gemma" else "llama",
+        "init_fn": "zeros" if plan.model_type == "gemma" else "ones",
+        "in_place": plan.model_type != "gemma",
     }
 
 

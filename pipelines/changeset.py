@@ -11,6 +11,8 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from pipelines.commands import run_command
+from pipelines.outcome import GateResult
+from pipelines.outcome import GateStatus
 from pipelines.outcome import PipelineError
 from pipelines.target import Checkout
 
@@ -60,3 +62,13 @@ def format_with_target_style(checkout: Checkout, paths: list[str]) -> None:
     fmt = run_command(ruff_argv("format", "--quiet", *paths), cwd=checkout.root, timeout=120)
     if not fmt.ok:
         raise PipelineError(f"ruff format failed on the generated files:\n{fmt.tail()}")
+
+
+def checkstyle_gate(checkout: Checkout, paths: list[str]) -> GateResult:
+    """The target's ruff (its pyproject.toml) on the written files, as its CI runs it: `ruff check` and
+    `ruff format --check` (kernel, perf and fuse write files into the target; autopatch checks the whole tree)."""
+    lint = run_command(ruff_argv("check", "--output-format=concise", *paths), cwd=checkout.root, timeout=120)
+    fmt = run_command(ruff_argv("format", "--check", *paths), cwd=checkout.root, timeout=120)
+    if lint.ok and fmt.ok:
+        return GateResult("checkstyle", GateStatus.PASS, f"ruff check + ruff format --check: {', '.join(paths)}")
+    return GateResult("checkstyle", GateStatus.FAIL, (lint.tail(15) + "\n" + fmt.tail(15)).strip())

@@ -196,7 +196,7 @@ class Plan:
 
     @property
     def config_module(self) -> str:
-        return f"{self.modeling_package}.{self.modeling_name.replace('modeling_', 'configuration_', 1)}"
+        return config_module_of(self.profile)
 
     @property
     def available_flag(self) -> str:
@@ -478,11 +478,8 @@ def _pascal(display_name: str) -> str:
 
 def isinstance_checks(profile: Profile, class_name: str) -> str | None:
     """`file:line` of the first `isinstance(..., class_name)` of the modeling file, if it has one."""
-    from pipelines.autopatch.source import load
-    from pipelines.autopatch.source import site_packages
-
-    path = site_packages() / profile.identity.modeling_file
-    for node in ast.walk(load(path).tree):
+    src = modeling_source(profile)
+    for node in ast.walk(src.tree) if src else ():
         if isinstance(node, ast.Call) and getattr(node.func, "id", None) == "isinstance" and len(node.args) == 2:
             kinds = node.args[1].elts if isinstance(node.args[1], ast.Tuple) else [node.args[1]]
             if any(getattr(kind, "id", None) == class_name for kind in kinds):
@@ -490,16 +487,23 @@ def isinstance_checks(profile: Profile, class_name: str) -> str | None:
     return None
 
 
-def layer_norm_lacks(profile: Profile) -> list[str]:
-    """`bias` / `eps` a LayerNorm class defined in the modeling file never sets (Cohere's is bias-free and keeps
-    only `variance_epsilon`); nn.LayerNorm and its subclasses have both."""
+def modeling_source(profile: Profile):
+    """The profiled model's modeling file as parsed source, or None for a profile of a model this environment lacks
+    (its readers then fall back to Liger's plain forms). Parsed once: `source.load` caches by path."""
     from pipelines.autopatch.source import load
     from pipelines.autopatch.source import site_packages
 
-    ident = profile.identity
     try:
-        src = load(site_packages() / ident.modeling_file)
-    except OSError:
+        return load(site_packages() / profile.identity.modeling_file)
+    except (OSError, SyntaxError):
+        return None
+
+
+def layer_norm_lacks(profile: Profile) -> list[str]:
+    """`bias` / `eps` a LayerNorm class defined in the modeling file never sets (Cohere's is bias-free and keeps
+    only `variance_epsilon`); nn.LayerNorm and its subclasses have both."""
+    ident, src = profile.identity, modeling_source(profile)
+    if src is None:
         return []
     if ident.norm_class not in src.classes or any("LayerNorm" in b for b in src.external_bases(ident.norm_class)):
         return []
@@ -567,16 +571,9 @@ def class_swap_differs(profile: Profile, hf_class: str, liger_class: str) -> str
     Liger's forward, the class swap builds Liger's. Checked on the probes' tiny config."""
     from pipelines.autopatch import probes
 
-    ident = profile.identity
-    modeling = importlib.import_module(ident.modeling_module)
+    modeling = importlib.import_module(profile.identity.modeling_module)
     try:
-        config_cls = getattr(modeling, ident.config_class, None)  # the modeling file imports its config class
-        if config_cls is None:
-            configuration = ident.modeling_module.rsplit(".", 1)[0] + "." + ident.modeling_module.rsplit(".", 1)[1]
-            config_cls = getattr(
-                importlib.import_module(configuration.replace("modeling_", "configuration_")), ident.config_class
-            )
-        config = probes.tiny_config(config_cls)
+        config = probes.tiny_config(config_class_of(profile))
         built = getattr(modeling, hf_class)(config)
     except Exception:  # needs more than a config (a layer index): as before, the whole-model gate judges the swap
         return None
@@ -698,11 +695,16 @@ def logits_ops(profile: Profile) -> list[dict]:
     return check.value
 
 
+def own_softcap(profile: Profile) -> str | None:
+    """The cap the forward applies itself, whatever the config says (RecurrentGemma's `tanh(logits / cap) * cap`)."""
+    return next((op["softcap"] for op in logits_ops(profile) if "softcap" in op), None)
+
+
 def softcap_expr(profile: Profile) -> str | None:
-    """What the forward passes as FLCE's softcap: the config's final_logit_softcapping or the forward's own cap."""
-    caps = [op["softcap"] for op in logits_ops(profile) if "softcap" in op]
-    if caps:
-        return caps[0]
+    """What the forward passes as FLCE's softcap: the forward's own cap or the config's final_logit_softcapping."""
+    own = own_softcap(profile)
+    if own:
+        return own
     return "self.config.final_logit_softcapping" if profile.value("logit_softcapping") else None
 
 
@@ -718,15 +720,10 @@ def scaled(expr: str, ops: list[dict]) -> str:
 
 def base_output_fields(plan: Plan, cache_field: str) -> list[str]:
     """The base model's output fields HF's CausalLM forward passes on (Mamba returns no attentions)."""
-    from pipelines.autopatch.source import load
-    from pipelines.autopatch.source import site_packages
-
-    ident = plan.profile.identity
-    wanted = [cache_field, "hidden_states", "attentions"]
-    try:
-        forward = load(site_packages() / ident.modeling_file).method(ident.causal_lm_class, "forward")
-    except (OSError, SyntaxError):  # a profile of a model this environment lacks: the standard three
+    src, wanted = modeling_source(plan.profile), [cache_field, "hidden_states", "attentions"]
+    if src is None:  # a profile of a model this environment lacks: the standard three
         return wanted
+    forward = src.method(plan.profile.identity.causal_lm_class, "forward")
     returned = set()
     for node in ast.walk(forward) if forward else ():
         if isinstance(node, ast.Return) and isinstance(node.value, ast.Call):
@@ -744,30 +741,21 @@ def lm_head_facts(plan: Plan) -> tuple[bool, str | None]:
     FLCE takes the bias as a keyword; Liger's lm_head helper passes only the weight, so a forward without it never
     trains the bias (Phi's whole-model gate: no gradient for lm_head.bias). A forward without the cast hands FLCE
     an fp32 hidden state beside a bf16 weight (Mamba on an H200: "mat1 and mat2 ... float != BFloat16")."""
-    from pipelines.autopatch.source import load
-    from pipelines.autopatch.source import site_packages
     from pipelines.autopatch.understand import lm_head_has_bias
     from pipelines.autopatch.understand import lm_head_input_cast
 
-    ident = plan.profile.identity
-    try:
-        src = load(site_packages() / ident.modeling_file)
-    except (OSError, SyntaxError):  # a profile of a model this environment lacks: Liger's plain call
+    ident, src = plan.profile.identity, modeling_source(plan.profile)
+    if src is None:  # a profile of a model this environment lacks: Liger's plain call
         return False, None
     return bool(lm_head_has_bias(src, ident.causal_lm_class)), lm_head_input_cast(src, ident.causal_lm_class)
 
 
 def loss_vocab_size(plan: Plan) -> str:
     """The vocab_size HF's forward hands its loss (understand.loss_vocab_size), for the forward's logits path."""
-    from pipelines.autopatch.source import load
-    from pipelines.autopatch.source import site_packages
     from pipelines.autopatch.understand import loss_vocab_size as read
 
-    ident = plan.profile.identity
-    try:
-        return read(load(site_packages() / ident.modeling_file), ident.causal_lm_class)
-    except (OSError, SyntaxError):  # a profile of a model this environment lacks: Liger's plain call
-        return "self.config.vocab_size"
+    src = modeling_source(plan.profile)
+    return read(src, plan.profile.identity.causal_lm_class) if src else "self.config.vocab_size"
 
 
 def render_lce_forward(plan: Plan, helper_module: str = "liger_kernel.transformers.model.llama") -> str:
@@ -811,12 +799,20 @@ def base_model_lookup(attr_path: str, instance: str) -> str:
     return expression
 
 
+def config_module_of(profile: Profile) -> str:
+    package, name = profile.identity.modeling_module.rsplit(".", 1)
+    return f"{package}.{name.replace('modeling_', 'configuration_', 1)}"
+
+
+def config_class_of(profile: Profile) -> type:
+    module_name = config_module_of(profile)
+    if importlib.util.find_spec(module_name) is None:
+        raise PipelineError(f"{module_name} is not importable in this environment")
+    return getattr(importlib.import_module(module_name), profile.identity.config_class)
+
+
 def config_class(plan: Plan) -> type:
-    spec = importlib.util.find_spec(plan.config_module)
-    if spec is None:
-        raise PipelineError(f"{plan.config_module} is not importable in this environment")
-    module = importlib.import_module(plan.config_module)
-    return getattr(module, plan.profile.identity.config_class)
+    return config_class_of(plan.profile)
 
 
 MINI_TEST_CONFIG = (
@@ -838,6 +834,7 @@ MINI_TEST_CONFIG = (
 )
 ROUTED_EXPERT_FIELDS = ("moe_num_experts", "n_routed_experts", "num_experts", "num_local_experts")
 ROUTER_TOP_K_FIELDS = ("moe_k", "moe_topk", "num_experts_per_tok", "num_experts_per_token")
+MINI_ROUTER_PICKS = "2"  # the GPU entry's top-k, and so its expert count (MINI_CONVERGENCE_CONFIG says why)
 MINI_CONVERGENCE_CONFIG = (
     ("attention_dropout", "0.0"),
     ("bos_token_id", "1"),
@@ -856,8 +853,7 @@ MINI_CONVERGENCE_CONFIG = (
     # and with a sparse router that rounding flips a token's expert choice between the HF and Liger runs, after which
     # its logprobs differ by up to 1.3 (H200: 5 of 12 MoE entries failed at 2 of 8 experts, 12 of 12 passed at 2 of
     # 2; Liger's own mini_qwen3_moe fails at the mini widths). verify's CPU gate keeps a sparse router (exact there).
-    *((name, "2") for name in ROUTED_EXPERT_FIELDS),
-    *((name, "2") for name in ROUTER_TOP_K_FIELDS),
+    *((name, MINI_ROUTER_PICKS) for name in ROUTED_EXPERT_FIELDS + ROUTER_TOP_K_FIELDS),
     ("num_expert_group", "1"),  # group-limited routing (Kimi Linear, Bailing) within the 2 mini experts
     ("n_shared_experts", "1"),  # Dots1's default None builds no model; its checkpoints have shared experts
     ("rotary_dim", "64"),  # CodeGen / GPT-J: a partial rotary width within the mini head_dim

@@ -161,10 +161,10 @@ def gate_cpu_numerics(profile: Profile, root: Path, runner: Runner) -> GateResul
         return GateResult(
             CPU_NUMERICS, GateStatus.SKIP, "GPU host: the whole-model gate ran the real kernels", hard=False
         )
-    own_cap = [op["softcap"] for op in act.logits_ops(profile) if "softcap" in op]
-    if own_cap:  # RecurrentGemma: `tanh(logits / cap) * cap` whatever the config says, so it cannot be switched off
+    own_cap = act.own_softcap(profile)
+    if own_cap:  # it cannot be switched off as the config's final_logit_softcapping is below
         why = (
-            f"the forward caps its logits with {own_cap[0]} unconditionally, and Liger's softcap path"
+            f"the forward caps its logits with {own_cap} unconditionally, and Liger's softcap path"
             " (`softcap.to(tl.float32)` on a scalar) does not run in Triton's interpreter: the whole-model gate's"
             " PyTorch references and Liger's GPU convergence test check it"
         )

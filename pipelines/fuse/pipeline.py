@@ -6,12 +6,12 @@ from dataclasses import dataclass
 from dataclasses import field
 
 from pipelines import target
+from pipelines.changeset import checkstyle_gate
 from pipelines.changeset import format_with_target_style
 from pipelines.fuse import act
 from pipelines.fuse import model_spec
 from pipelines.fuse.understand import Profile
 from pipelines.fuse.understand import understand
-from pipelines.fuse.verify import checkstyle_gate
 from pipelines.fuse.verify import verify
 from pipelines.outcome import GateResult
 from pipelines.outcome import PipelineError
@@ -54,7 +54,7 @@ def run(spec: str, repo: str, chain_index: int = 0, progress=lambda text: None) 
     format_with_target_style(checkout, written)  # the target's isort order and format, as autopatch's files
     progress(f"wrote {path.relative_to(checkout.root)}; verifying")
     result.gates, result.figures = verify(model, inputs, path)
-    result.gates.insert(0, checkstyle_gate(checkout.root, path))
+    result.gates.insert(0, checkstyle_gate(checkout, written))
     checkout.git.commit_all(f"fuse: add the {name} pass (liger-bot fuse {spec})")
     result.branch = branch
     result.files = [str(path.relative_to(checkout.root))]

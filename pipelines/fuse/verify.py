@@ -10,8 +10,6 @@ from pathlib import Path
 
 import torch
 
-from pipelines import changeset
-from pipelines.commands import run_command
 from pipelines.fuse.runtime import compile as fuse_compile
 from pipelines.fuse.runtime.families import default_registry
 from pipelines.outcome import GateResult
@@ -89,17 +87,6 @@ def step_time_gate(figures: dict, device: str) -> GateResult:
 def _device_of(inputs: tuple) -> str:
     tensors = [t for t in inputs if isinstance(t, torch.Tensor)]
     return tensors[0].device.type if tensors else "cpu"
-
-
-def checkstyle_gate(root: Path, path: Path) -> GateResult:
-    """The target's ruff (its pyproject.toml) on the written pass, as its CI runs it."""
-    relative = str(path.relative_to(root))
-    check = run_command(changeset.ruff_argv("check", "--output-format=concise", relative), cwd=root, timeout=120)
-    fmt = run_command(changeset.ruff_argv("format", "--check", relative), cwd=root, timeout=120) if check.ok else None
-    failed = check if not check.ok else fmt if not fmt.ok else None
-    if failed is not None:
-        return GateResult("checkstyle", GateStatus.FAIL, failed.tail())
-    return GateResult("checkstyle", GateStatus.PASS, f"ruff check and ruff format --check on {relative}")
 
 
 def _gate(name: str, ok: bool, detail: str) -> GateResult:

@@ -12,7 +12,7 @@ import os
 import sys
 from pathlib import Path
 
-from pipelines.changeset import ruff_argv
+from pipelines.changeset import checkstyle_gate
 from pipelines.commands import run_command
 from pipelines.kernel.act import KernelFiles
 from pipelines.outcome import GateResult
@@ -27,14 +27,6 @@ def _target_env(checkout: Checkout, interpret: bool) -> dict[str, str]:
     if interpret:
         env |= {"TRITON_INTERPRET": "1", "CUDA_VISIBLE_DEVICES": ""}
     return env
-
-
-def checkstyle(checkout: Checkout, paths: list[str]) -> GateResult:
-    lint = run_command(ruff_argv("check", "--output-format=concise", *paths), cwd=checkout.root, timeout=120)
-    fmt = run_command(ruff_argv("format", "--check", *paths), cwd=checkout.root, timeout=120)
-    if lint.ok and fmt.ok:
-        return GateResult("checkstyle", GateStatus.PASS, f"ruff check + ruff format --check: {len(paths)} files")
-    return GateResult("checkstyle", GateStatus.FAIL, (lint.tail(15) + "\n" + fmt.tail(15)).strip())
 
 
 def unit_tests(checkout: Checkout, name: str, on_gpu: bool) -> GateResult:
@@ -74,7 +66,7 @@ def skipped_after(failed: GateResult, name: str) -> GateResult:
 
 def verify(checkout: Checkout, name: str, paths: list[str], out_dir: Path) -> list[GateResult]:
     steps = [
-        ("checkstyle", lambda: checkstyle(checkout, paths)),
+        ("checkstyle", lambda: checkstyle_gate(checkout, paths)),
         ("unit tests (CPU, TRITON_INTERPRET=1)", lambda: unit_tests(checkout, name, on_gpu=False)),
         ("unit tests (GPU)", lambda: unit_tests(checkout, name, on_gpu=True)),
         ("benchmark (GPU)", lambda: benchmark(checkout, name, out_dir)),

@@ -20,6 +20,7 @@ from dataclasses import dataclass
 from dataclasses import field
 from pathlib import Path
 
+from pipelines.changeset import checkstyle_gate
 from pipelines.changeset import ruff_argv
 from pipelines.commands import run_command
 from pipelines.outcome import GateResult
@@ -476,11 +477,7 @@ def checkstyle(checkout: Checkout, ops: Path) -> GateResult:
     probe = run_command(ruff_argv("--version"), cwd=checkout.root, timeout=60)
     if not probe.ok:  # a host without ruff cannot judge style: said, never passed or failed
         return GateResult("checkstyle", GateStatus.SKIP, f"ruff is not runnable here: {probe.tail(2)}", hard=False)
-    lint = run_command(ruff_argv("check", "--output-format=concise", str(ops)), cwd=checkout.root, timeout=120)
-    fmt = run_command(ruff_argv("format", "--check", str(ops)), cwd=checkout.root, timeout=120)
-    if lint.ok and fmt.ok:
-        return GateResult("checkstyle", GateStatus.PASS, f"ruff check + ruff format --check: {ops}")
-    return GateResult("checkstyle", GateStatus.FAIL, (lint.tail(10) + "\n" + fmt.tail(10)).strip())
+    return checkstyle_gate(checkout, [str(ops)])
 
 
 def only_kernel_code(checkout: Checkout, ops: Path) -> GateResult:

@@ -869,6 +869,7 @@ MINI_CONVERGENCE_CONFIG = (
     ("use_cache", "True"),
     ("vocab_size", str(CONVERGENCE_VOCAB_SIZE)),
 )
+MINI_EXPERT_WIDTH = dict(MINI_CONVERGENCE_CONFIG)["moe_intermediate_size"]  # expert_width_fields says why
 
 
 def mini_config(plan: Plan, candidates: tuple[tuple[str, str], ...]) -> list[tuple[str, str]]:
@@ -912,7 +913,18 @@ def convergence_config(plan: Plan) -> list[tuple[str, str]]:
         if n not in unbuildable and probes._settable(cls, n)  # Falcon's head_dim is a read-only property
     ]
     fields += stochastic_fields_off(cls(), {name for name, _ in fields})
-    return sorted(runnable_convergence_fields(plan, fields))
+    return sorted(runnable_convergence_fields(plan, expert_width_fields(plan, fields)))
+
+
+def expert_width_fields(plan: Plan, fields: list[tuple[str, str]]) -> list[tuple[str, str]]:
+    """A routed model whose experts read `intermediate_size` (no `moe_intermediate_size`: PhiMoE, MiniMax, Mixtral)
+    gets the mini expert width there: its fp32 entry's logprobs carry the TF32 error of Liger's fused MoE, which grows
+    with the width (H200: PhiMoE and MiniMax at 2048 were 5.4e-3 off against the 5e-3 of qwen3_moe's entry, while
+    every model with 1024-wide experts passed)."""
+    names = dict(fields)
+    if not plan.moe or "moe_intermediate_size" in names or "intermediate_size" not in names:
+        return fields
+    return _with(fields, "intermediate_size", MINI_EXPERT_WIDTH)
 
 
 # Tried in order when the unpatched model does not run at the mini config: no KV cache (a hybrid whose four mini

@@ -67,3 +67,21 @@ def test_a_routed_model_s_gpu_entry_routes_every_token_to_every_expert_and_the_c
 
 def test_a_dense_model_s_note_says_nothing_about_routers():
     assert "experts" not in act.plan(understand("arcee")).tolerance_note
+
+
+@pytest.mark.parametrize(
+    ("model", "expert_width"),
+    [
+        ("phimoe", "intermediate_size"),  # experts read intermediate_size: it gets the mini expert width
+        ("olmoe", "intermediate_size"),
+        ("qwen2_moe", "moe_intermediate_size"),  # its own expert width; intermediate_size stays the dense one
+    ],
+)
+def test_a_routed_model_s_experts_get_the_mini_expert_width_whatever_field_they_read(model, expert_width):
+    fields = dict(act.convergence_config(act.plan(understand(model))))
+    assert fields[expert_width] == act.MINI_EXPERT_WIDTH
+    assert expert_width == "moe_intermediate_size" or "moe_intermediate_size" not in fields
+
+
+def test_a_dense_model_keeps_the_mini_mlp_width():
+    assert dict(act.convergence_config(act.plan(understand("arcee"))))["intermediate_size"] == "2048"

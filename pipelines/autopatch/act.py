@@ -747,7 +747,10 @@ def lm_head_facts(plan: Plan) -> tuple[bool, str | None]:
     ident, src = plan.profile.identity, modeling_source(plan.profile)
     if src is None:  # a profile of a model this environment lacks: Liger's plain call
         return False, None
-    return bool(lm_head_has_bias(src, ident.causal_lm_class)), lm_head_input_cast(src, ident.causal_lm_class)
+    head = ident.output_head_attr
+    return bool(lm_head_has_bias(src, ident.causal_lm_class, head)), lm_head_input_cast(
+        src, ident.causal_lm_class, head
+    )
 
 
 def loss_vocab_size(plan: Plan) -> str:
@@ -769,6 +772,7 @@ def render_lce_forward(plan: Plan, helper_module: str = "liger_kernel.transforme
             hint="this model needs a hand-written lce_forward that adds the bias before the scale",
         )
     hidden = "outputs[0]" if plan.profile.value("hidden_state_access") == "outputs[0]" else "outputs.last_hidden_state"
+    softcap = softcap_expr(plan.profile)
     return render.render(
         "autopatch/lce_forward.py.j2",
         # the forward carries the load-balancing loss only where HF's does (DeepSeek-V2 is MoE without aux_loss)
@@ -776,13 +780,15 @@ def render_lce_forward(plan: Plan, helper_module: str = "liger_kernel.transforme
         params=_forward_params(plan),
         model_args=[n for n in names if n not in NOT_FORWARDED],
         hidden_states=hidden,
-        softcap=softcap_expr(plan.profile),
+        softcap=softcap,
         scaled_hidden_states=scaled("kept_hidden_states", ops) if ops else None,
         logits_statements=[f"logits = {scaled('logits', [op])}" for op in ops],
         output_class=plan.profile.value("output_class"),
         output_fields=base_output_fields(plan, "cache" if "cache" in names else "past_key_values"),
         uses_cache_type=bool({"cache", "past_key_values"} & set(names)),
         lm_head_helper_module=helper_module,
+        output_head=plan.profile.identity.output_head_attr,
+        direct_loss=bool(softcap) or plan.profile.identity.output_head_attr != "lm_head",
         lm_head_bias=bias,
         lm_head_input_cast=cast,
         loss_vocab_size=loss_vocab_size(plan),

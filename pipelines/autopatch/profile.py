@@ -112,6 +112,7 @@ class Identity:
     modeling_file: str  # relative to site-packages
     base_model_prefix: str = "model"
     base_model_attr: str = "model"  # the CausalLM's attribute holding the base model (Llama 4: not its prefix)
+    output_head_attr: str = "lm_head"  # the CausalLM's vocabulary projection (BioGPT: output_projection)
     layers_attr: str = "layers"  # base_model.<layers_attr> holds the decoder layers
     mlp_attr: str = "mlp"  # decoder_layer.<mlp_attr> is the MLP (or MoE block)
     norm_class: str | None = None  # the RMSNorm/LayerNorm class the modeling module defines or uses

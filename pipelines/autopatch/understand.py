@@ -58,6 +58,7 @@ class Facts:
     src: SourceFile
     base_attr: str = "model"
     base_class: str = ""
+    head_attr: str = "lm_head"  # what get_output_embeddings returns: the vocabulary projection the loss follows
     layers_attr: str = "layers"
     decoder_class: str = ""
     decoder_alternatives: tuple[str, ...] = ()  # other classes a layer may be (hybrid stacks), patched if present
@@ -144,12 +145,23 @@ def _norm_assignments(src: SourceFile, class_name: str | None) -> dict[str, tupl
 def read_facts(ref: ModelRef) -> Facts:
     src = load(modeling_path(ref.module_name, ref.causal_lm_class))
     facts = Facts(ref, src)
+    _read_head(facts)
     _read_base(facts)
     _read_decoder(facts)
     _read_mlp(facts)
     _read_norms(facts)
     _read_rotary(facts)
     return facts
+
+
+def _read_head(facts: Facts) -> None:
+    """The CausalLM's vocabulary projection: `return self.X` in its own get_output_embeddings (BioGPT's
+    output_projection, GPT-NeoX-Japanese's embed_out, RWKV's head), else PreTrainedModel's default, lm_head."""
+    method = facts.src.method(facts.ref.causal_lm_class, "get_output_embeddings")
+    returned = [n.value for n in ast.walk(method) if isinstance(n, ast.Return)] if method else []
+    if len(returned) == 1 and dotted_name(returned[0]).startswith("self.") and dotted_name(returned[0]).count(".") == 1:
+        facts.head_attr = dotted_name(returned[0]).removeprefix("self.")
+        facts.cite("identity", method)
 
 
 def _read_base(facts: Facts) -> None:
@@ -159,7 +171,7 @@ def _read_base(facts: Facts) -> None:
     called = {
         dotted_name(n.func) for n in ast.walk(src.method(causal, "forward") or ast.Module()) if isinstance(n, ast.Call)
     }
-    for assign, inner in _submodules(src, causal):
+    for assign, inner in _submodules(src, causal, facts.head_attr):
         path = f"{assign.attr}.{inner.attr}" if inner else assign.attr
         holder = _local(src, (inner or assign).classes)[0]
         if inner and f"self.{path}" not in called:
@@ -178,12 +190,12 @@ def _read_base(facts: Facts) -> None:
     )
 
 
-def _submodules(src: SourceFile, causal: str):
+def _submodules(src: SourceFile, causal: str, head: str):
     """(assignment, None) for each module class the CausalLM builds, then (assignment, inner) one level down."""
     outer = [
         a
         for a in src.self_assignments(causal)
-        if a.attr != "lm_head" and _local(src, a.classes) and src.method(_local(src, a.classes)[0], "forward")
+        if a.attr != head and _local(src, a.classes) and src.method(_local(src, a.classes)[0], "forward")
     ]
     yield from ((a, None) for a in outer)
     for a in outer:
@@ -586,8 +598,8 @@ def decide_softcapping(facts: Facts, config_src: SourceFile | None) -> Decision:
 _LOGITS_PASS_THROUGH = frozenset("float to type_as contiguous view reshape".split())
 
 
-def _calls_lm_head(node: ast.AST) -> bool:
-    return any(isinstance(n, ast.Call) and dotted_name(n.func) == "self.lm_head" for n in ast.walk(node))
+def _calls_lm_head(node: ast.AST, head: str) -> bool:
+    return any(isinstance(n, ast.Call) and dotted_name(n.func) == f"self.{head}" for n in ast.walk(node))
 
 
 def _slices_the_vocabulary(index: ast.AST) -> bool:
@@ -609,11 +621,11 @@ def _passes_through(value: ast.AST, logits: set[str]) -> bool:
     return False
 
 
-def _is_lm_head_output(value: ast.AST) -> bool:
-    if isinstance(value, ast.Call) and dotted_name(value.func) == "self.lm_head":
+def _is_lm_head_output(value: ast.AST, head: str) -> bool:
+    if isinstance(value, ast.Call) and dotted_name(value.func) == f"self.{head}":
         return True
     if isinstance(value, ast.Call) and isinstance(value.func, ast.Attribute):
-        return value.func.attr in _LOGITS_PASS_THROUGH and _is_lm_head_output(value.func.value)
+        return value.func.attr in _LOGITS_PASS_THROUGH and _is_lm_head_output(value.func.value, head)
     return False
 
 
@@ -640,24 +652,24 @@ def _scalar_expr(node: ast.AST, forward: ast.FunctionDef) -> str | None:
     return None
 
 
-def _is_logits(node: ast.AST, logits: set[str]) -> bool:
+def _is_logits(node: ast.AST, logits: set[str], head: str) -> bool:
     """The logits, lm_head's output, or the hidden state on its way there (`outputs.last_hidden_state`)."""
     if isinstance(node, ast.Attribute) and node.attr == "last_hidden_state":
         return True
-    return (isinstance(node, ast.Name) and node.id in logits) or _is_lm_head_output(node)
+    return (isinstance(node, ast.Name) and node.id in logits) or _is_lm_head_output(node, head)
 
 
 def _is_tanh(node: ast.AST) -> bool:
     return isinstance(node, ast.Call) and dotted_name(node.func).rsplit(".", 1)[-1] == "tanh" and len(node.args) == 1
 
 
-def logits_op(stmt: ast.stmt, logits: set[str], forward: ast.FunctionDef) -> dict | None:
+def logits_op(stmt: ast.stmt, logits: set[str], forward: ast.FunctionDef, head: str) -> dict | None:
     """One statement of the forms Liger's fused linear cross entropy can reproduce exactly, as data:
     `logits * s` / `logits / s` (lm_head is linear and bias-free, so the factor folds into the hidden states, as
     Liger's own falcon_h1 forward does with `lm_head_multiplier`) and `tanh(logits / c) * c` (FLCE's `softcap`)."""
     value = stmt.value
     if isinstance(stmt, ast.AugAssign):
-        if not (isinstance(stmt.op, ast.Mult | ast.Div) and _is_logits(stmt.target, logits)):
+        if not (isinstance(stmt.op, ast.Mult | ast.Div) and _is_logits(stmt.target, logits, head)):
             return None
         value = ast.BinOp(stmt.target, stmt.op, stmt.value)
     if not isinstance(value, ast.BinOp) or not isinstance(value.op, ast.Mult | ast.Div):
@@ -665,13 +677,13 @@ def logits_op(stmt: ast.stmt, logits: set[str], forward: ast.FunctionDef) -> dic
     left, right = value.left, value.right
     if isinstance(value.op, ast.Mult) and _is_tanh(left):
         inner = left.args[0]
-        if isinstance(inner, ast.BinOp) and isinstance(inner.op, ast.Div) and _is_logits(inner.left, logits):
+        if isinstance(inner, ast.BinOp) and isinstance(inner.op, ast.Div) and _is_logits(inner.left, logits, head):
             cap, outer = _scalar_expr(inner.right, forward), _scalar_expr(right, forward)
             return {"softcap": cap} if cap and cap == outer else None
         return None
-    if isinstance(value.op, ast.Mult) and _is_logits(right, logits) and not _is_logits(left, logits):
+    if isinstance(value.op, ast.Mult) and _is_logits(right, logits, head) and not _is_logits(left, logits, head):
         left, right = right, left
-    factor = _scalar_expr(right, forward) if _is_logits(left, logits) else None
+    factor = _scalar_expr(right, forward) if _is_logits(left, logits, head) else None
     if factor is None:
         return None
     return {"multiply" if isinstance(value.op, ast.Mult) else "divide": factor}
@@ -702,11 +714,18 @@ def _hidden_passes_through(value: ast.AST, hidden: set[str], read: bool = False)
     return False
 
 
-def lm_head_has_bias(src, causal_lm_class: str) -> bool | None:
+def _head_input_passes_through(stmt: ast.stmt, hidden: set[str], head: str) -> bool:
+    """The head's argument is the hidden state as the base model returned it (TrOCR: `self.output_projection(
+    outputs[0])`), sliced or cast at most: a scale inside the call (`lm_head(h * s)`) is a transform too."""
+    calls = [n for n in ast.walk(stmt.value) if isinstance(n, ast.Call) and dotted_name(n.func) == f"self.{head}"]
+    return all(len(c.args) == 1 and _hidden_passes_through(c.args[0], hidden, read=True) for c in calls)
+
+
+def lm_head_has_bias(src, causal_lm_class: str, head: str) -> bool | None:
     """Whether `self.lm_head = nn.Linear(...)` in the CausalLM keeps nn.Linear's default bias (Phi: bias=True);
     None when the class builds no lm_head this way."""
     for assign in src.self_assignments(causal_lm_class):
-        if assign.attr == "lm_head" and isinstance(getattr(assign.node, "value", None), ast.Call):
+        if assign.attr == head and isinstance(getattr(assign.node, "value", None), ast.Call):
             return not any(
                 kw.arg == "bias" and isinstance(kw.value, ast.Constant) and kw.value.value is False
                 for kw in assign.node.value.keywords
@@ -716,15 +735,15 @@ def lm_head_has_bias(src, causal_lm_class: str) -> bool | None:
 
 def lm_head_bias_free(facts: Facts) -> bool:
     """A scale on the logits folds into the hidden states only when there is no bias to scale with them."""
-    return lm_head_has_bias(facts.src, facts.ref.causal_lm_class) is False
+    return lm_head_has_bias(facts.src, facts.ref.causal_lm_class, facts.head_attr) is False
 
 
-def lm_head_input_cast(src, causal_lm_class: str) -> str | None:
+def lm_head_input_cast(src, causal_lm_class: str, head: str) -> str | None:
     """`self.lm_head(h.to(DTYPE))` in the CausalLM's forward (Mamba: the mixer's fp32 output is cast to the
     lm_head's dtype): the DTYPE expression, which FLCE's input needs as well."""
     forward = src.method(causal_lm_class, "forward")
     for node in ast.walk(forward) if forward else ():
-        if isinstance(node, ast.Call) and dotted_name(node.func) == "self.lm_head" and node.args:
+        if isinstance(node, ast.Call) and dotted_name(node.func) == f"self.{head}" and node.args:
             arg = node.args[0]
             if isinstance(arg, ast.Call) and isinstance(arg.func, ast.Attribute) and arg.func.attr == "to":
                 return ast.unparse(arg.args[0]) if len(arg.args) == 1 else None
@@ -748,6 +767,24 @@ def loss_vocab_size(src, causal_lm_class: str) -> str:
     return "self.config.vocab_size"
 
 
+def _own_loss(forward: ast.FunctionDef) -> ast.stmt | None:
+    """`loss = loss_fct(logits.view(-1, V), labels.view(-1))` (TrOCR, Whisper's decoder: unshifted labels) in a
+    forward that never calls self.loss_function; None where it does (or computes no loss)."""
+    calls = {dotted_name(n.func) for n in ast.walk(forward) if isinstance(n, ast.Call)}
+    if "self.loss_function" in calls:
+        return None
+    return next(
+        (
+            s
+            for s in statements(forward.body)
+            if isinstance(s, ast.Assign)
+            and any(getattr(t, "id", None) == "loss" for t in s.targets)
+            and isinstance(s.value, ast.Call)
+        ),
+        None,
+    )
+
+
 def decide_logits_transform(facts: Facts) -> Decision:
     """Settled None when CausalLM.forward passes lm_head's output to the loss untouched (slicing, casts and
     config-driven softcapping aside); settled with the ops as data (`[{"multiply": "self.logit_scale"}]`,
@@ -766,19 +803,23 @@ def decide_logits_transform(facts: Facts) -> Decision:
         if isinstance(stmt.value, ast.Call) and dotted_name(stmt.value.func) == f"self.{facts.base_attr}":
             outputs |= names
             continue
-        if not logits and _reads_hidden_state(stmt.value, outputs):
+        head_call = _calls_lm_head(stmt.value, facts.head_attr)
+        if not logits and _reads_hidden_state(stmt.value, outputs) and not head_call:
             hidden |= names
             if not _hidden_passes_through(stmt.value, hidden, read=True):  # read and scaled at once (Inkling)
                 extra.append(stmt)
             continue
-        if not logits and names & hidden and not _calls_lm_head(stmt.value):
+        if not logits and names & hidden and not head_call:
             # MiniCPM3: `hidden_states = hidden_states / self.config.logits_scaling` before lm_head
             if isinstance(stmt, ast.AugAssign) or not _hidden_passes_through(stmt.value, hidden):
                 extra.append(stmt)
             continue
-        if _calls_lm_head(stmt.value):
+        if head_call:
             logits |= names
-            if not _is_lm_head_output(stmt.value):  # Falcon-H1: self.lm_head(h) * self.model.lm_head_multiplier
+            # Falcon-H1: self.lm_head(h) * self.model.lm_head_multiplier; a scale inside the call: lm_head(h * s)
+            if not _is_lm_head_output(stmt.value, facts.head_attr) or not _head_input_passes_through(
+                stmt, hidden, facts.head_attr
+            ):
                 extra.append(stmt)
             continue
         if not names & logits:
@@ -786,14 +827,23 @@ def decide_logits_transform(facts: Facts) -> Decision:
         if isinstance(stmt, ast.AugAssign) or not (_passes_through(stmt.value, logits) or _softcaps(stmt)):
             extra.append(stmt)
     if not logits:
-        reason = f"{facts.ref.causal_lm_class}.forward calls no self.lm_head"
+        reason = f"{facts.ref.causal_lm_class}.forward calls no self.{facts.head_attr}"
         return Decision(None, Method.AST, (facts.src.evidence(forward, max_lines=30),), Status.NEEDS_REVIEW, reason)
+    own_loss = _own_loss(forward)
+    if own_loss is not None:
+        reason = (
+            f"the loss is `{ast.unparse(own_loss)}`, not `self.loss_function` (transformers' causal-LM loss, which "
+            "shifts the labels by one as Liger's fused linear cross entropy forward does)"
+        )
+        return Decision(None, Method.AST, (facts.src.evidence(own_loss),), Status.NEEDS_REVIEW, reason)
     if not extra:
         evidence = (facts.src.evidence(forward, max_lines=40),)
-        return Decision(None, Method.AST, evidence, Status.SETTLED, "lm_head's output reaches the loss unchanged")
+        return Decision(
+            None, Method.AST, evidence, Status.SETTLED, f"{facts.head_attr}'s output reaches the loss unchanged"
+        )
     found = "; ".join(ast.unparse(s) for s in extra)
     evidence = tuple(facts.src.evidence(s) for s in extra)
-    ops = [logits_op(s, logits | hidden, forward) for s in extra]
+    ops = [logits_op(s, logits | hidden, forward, facts.head_attr) for s in extra]
     scales_only = all(ops) and not any("softcap" in op for op in ops) and lm_head_bias_free(facts)
     if scales_only or (len(ops) == 1 and ops[0] and "softcap" in ops[0]):
         reason = f"the logits are transformed between lm_head and the loss: {found}; FLCE reproduces it exactly"
@@ -1027,6 +1077,7 @@ def identity(facts: Facts, built: probes.TinyModel) -> Identity:
         modeling_file=src.relative,
         base_model_prefix=prefix,
         base_model_attr=facts.base_attr,
+        output_head_attr=facts.head_attr,
         layers_attr=facts.layers_attr,
         mlp_attr=facts.mlp_attr or "mlp",
         norm_class=norm_class,

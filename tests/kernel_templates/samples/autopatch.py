@@ -43,6 +43,9 @@ def _extras(plan: act.Plan) -> dict:
         "tolerances": ["1e-2", "5e-2", "1e-1", "1e-2", "1e-2", "1e-2"],
         # Inkling 2's lm_head writes fewer columns than vocab_size: its loss reads the logits' own width
         "loss_vocab_size": "logits.shape[-1]" if plan.model_type == "gemma" else "self.config.vocab_size",
+        # nemotron's sample: a vocabulary projection not named lm_head (BioGPT's output_projection), read directly
+        "output_head": "output_projection" if plan.model_type == "nemotron" else "lm_head",
+        "direct_loss": plan.model_type in ("gemma", "nemotron"),  # a softcap or another head name
         **_rms_norm_subclass(plan),
     }
 

@@ -37,7 +37,7 @@ def _forward_of(code: str) -> ast.FunctionDef:
 )
 def test_logit_transforms_flce_reproduces_are_recognised_as_data(statement, op):
     forward = _forward_of(f"def forward(self, h):\n    cap = self.config.logits_soft_cap\n    {statement}\n")
-    assert logits_op(forward.body[-1], {"logits"}, forward) == op
+    assert logits_op(forward.body[-1], {"logits"}, forward, "lm_head") == op
 
 
 @pytest.fixture(scope="module")
@@ -207,3 +207,64 @@ def test_the_logits_path_hands_the_loss_the_vocab_size_hf_hands_it(tmp_path, giv
 def test_a_padded_vocabulary_s_forward_reshapes_logits_by_their_own_width():
     forward = act.render_lce_forward(act.plan(understand("inkling2_text")))
     assert "vocab_size=logits.shape[-1]," in forward and "vocab_size=self.config.vocab_size" not in forward
+
+
+def _logits_decision(tmp_path, monkeypatch, forward_body: str, head: str = "lm_head"):
+    """decide_logits_transform on a CausalLM written here: `self.model` is the base model, `self.<head>` its head."""
+    from pipelines.autopatch import source
+    from pipelines.autopatch.resolve import ModelRef
+    from pipelines.autopatch.source import SourceFile
+    from pipelines.autopatch.understand import Facts
+    from pipelines.autopatch.understand import decide_logits_transform
+
+    path = tmp_path / "modeling_x.py"
+    path.write_text(
+        "class XForCausalLM:\n"
+        "    def forward(self, input_ids, labels):\n"
+        "        outputs = self.model(input_ids)\n"
+        + "".join(f"        {line}\n" for line in forward_body.splitlines())
+        + "        loss = self.loss_function(logits=logits, labels=labels, vocab_size=self.config.vocab_size)\n"
+        "        return loss\n"
+    )
+    monkeypatch.setattr(source, "site_packages", lambda: tmp_path)  # evidence cites paths relative to it
+    facts = Facts(ModelRef("x", "XForCausalLM", "XConfig", "x", "X"), SourceFile(path), head_attr=head)
+    return decide_logits_transform(facts)
+
+
+@pytest.mark.parametrize(
+    ("body", "head", "settled"),
+    [
+        ("logits = self.output_projection(outputs[0])", "output_projection", True),  # TrOCR's one line
+        ("h = outputs[0]\nlogits = self.embed_out(h[:, -5:, :])", "embed_out", True),
+        ("logits = self.lm_head(outputs[0] * self.scale)", "lm_head", False),  # a scale inside the call
+        ("logits = self.lm_head(outputs[0])", "output_projection", False),  # not this model's head
+    ],
+)
+def test_the_logits_are_the_head_s_output_whatever_the_head_is_called(tmp_path, monkeypatch, body, head, settled):
+    decision = _logits_decision(tmp_path, monkeypatch, body, head)
+    assert (decision.status is Status.SETTLED) is settled, decision.reason
+
+
+@pytest.fixture(scope="module")
+def biogpt():
+    return understand("biogpt")
+
+
+def test_a_head_not_named_lm_head_is_read_from_get_output_embeddings_and_reaches_flce(biogpt):
+    assert biogpt.identity.output_head_attr == "output_projection"
+    assert biogpt.checks["logits_transform"].status is Status.SETTLED
+    forward = act.render_lce_forward(act.plan(biogpt))
+    assert "lm_head_weight=self.output_projection.weight," in forward  # Liger's helper reads self.lm_head
+    assert "logits = self.output_projection(kept_hidden_states)" in forward
+    assert "lce_maybe_trainable_lm_head(" not in forward and "self.lm_head" not in forward
+    ast.parse(forward)
+
+
+def test_a_loss_on_unshifted_labels_is_refused_with_its_line():
+    from pipelines.autopatch.resolve import resolve
+    from pipelines.autopatch.understand import decide_logits_transform
+    from pipelines.autopatch.understand import read_facts
+
+    decision = decide_logits_transform(read_facts(resolve("trocr")))  # CrossEntropyLoss, labels not shifted
+    assert decision.status is Status.NEEDS_REVIEW and "not `self.loss_function`" in decision.reason
+    assert "loss_fct(logits.view(-1, self.config.vocab_size), labels.view(-1))" in decision.evidence[0].snippet

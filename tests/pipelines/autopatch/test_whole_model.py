@@ -71,3 +71,21 @@ def test_generated_entry_turns_randomness_off_and_reads_back(seed_oss):
     assert entry.config["attn_implementation"] == "sdpa" and entry.config["vocab_size"] == 32000
     assert entry.tolerances["loss_rtol"] == 1e-5 and entry.lr == 1e-4  # mini_mistral's fp32 values
     assert verify.cpu_config(entry.config)["hidden_size"] == entry.config["hidden_size"] // 8
+
+
+@pytest.mark.slow
+def test_experts_routed_to_the_wrong_expert_diverge_on_the_cpu_s_sparse_router(tmp_path, liger_template):
+    # the GPU entry routes 2 of 2 experts (TF32, act.MINI_CONVERGENCE_CONFIG); the CPU gate keeps a sparse router
+    # (verify.CPU_ROUTED_EXPERTS), so a patch that sends tokens to the wrong expert must fail here
+    profile = hand_profile("olmoe")
+    checkout = patched_checkout(tmp_path / "liger-kernel", profile)
+    right = verify.gate_whole_model(profile, checkout.root, CPU)
+    assert right.status is GateStatus.PASS, right.detail
+    experts = checkout.root / "src/liger_kernel/transformers/swiglu.py"
+    routed = "top_k_index_2d = top_k_index.view(-1, top_k_index.shape[-1]).to(torch.int32)"
+    assert routed in experts.read_text()
+    neighbour = f"{routed}\n        top_k_index_2d = (top_k_index_2d + 1) % self.num_experts"
+    experts.write_text(experts.read_text().replace(routed, neighbour))
+    wrong = verify.gate_whole_model(profile, checkout.root, CPU)
+    assert wrong.status is GateStatus.FAIL and wrong.hard
+    assert "class: DIVERGES" in wrong.detail and "instance: DIVERGES" in wrong.detail

@@ -150,7 +150,10 @@ class MessagesStandin:
                 if self.path.split("?")[0] != "/v1/messages":
                     return self._refuse(404, "not_found_error", f"no such endpoint {self.path}")
                 # the SDK of this version authenticates with a bearer token; older ones with x-api-key
-                keys = {self.headers.get("x-api-key"), (self.headers.get("authorization") or "").removeprefix("Bearer ")}
+                keys = {
+                    self.headers.get("x-api-key"),
+                    (self.headers.get("authorization") or "").removeprefix("Bearer "),
+                }
                 if standin.api_key not in keys:
                     return self._refuse(401, "authentication_error", "invalid API key")
                 if not self.headers.get("anthropic-version"):

@@ -18,9 +18,10 @@ from tests.pipelines.llm.messages_standin import MessagesStandin
 from tests.pipelines.llm.messages_standin import validate
 
 SETTINGS = LlmSettings("anthropic", "claude-sonnet-4-5")
+DEFAULT_CAPS = Caps()
 
 
-def provider(standin, caps: Caps = Caps(), day: Spend | None = None) -> client.Provider:
+def provider(standin, caps: Caps = DEFAULT_CAPS, day: Spend | None = None) -> client.Provider:
     settings = LlmSettings("anthropic", "claude-sonnet-4-5", caps)
     return client.Provider(settings, standin.api_key, MemoryLedger(caps, day), base_url=standin.url)
 

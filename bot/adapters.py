@@ -420,3 +420,12 @@ def adapter_for(pipeline: str) -> Adapter:
 def profile_table(pipeline: str, profile: dict) -> str:
     adapter = PIPELINES.get(pipeline)
     return adapter.profile_table(profile) if adapter else ""
+
+
+def settings_help(pipeline: str) -> str:
+    """The `--set field=value` names and values a pipeline accepts (the provider's proposals are told them)."""
+    if pipeline != "autopatch":
+        return ""
+    from pipelines.autopatch.profile import OVERRIDE_HELP
+
+    return OVERRIDE_HELP

@@ -31,6 +31,7 @@ from pathlib import Path
 
 from bot import handlers
 from bot import status
+from bot import tier3
 from bot.adapters import PIPELINES
 from bot.adapters import Adapter
 from bot.adapters import Outcome
@@ -380,7 +381,8 @@ class Worker:
 
     def understand_stage(self, job: Job) -> Job:
         checkout, _ = self.fresh_checkout(job)
-        understood = self.adapter(job).understand(self.request(job, checkout))
+        request = tier3.allow_drafts(self, job, self.request(job, checkout))  # tier 3 for the provider, if on
+        understood = self.adapter(job).understand(request)
         self.heartbeat(job.id)
         fields = {"profile": understood.profile, "branch": understood.branch}
         if not understood.branch:  # nothing to propose (a fuse with every chain matched): say so and stop
@@ -409,7 +411,8 @@ class Worker:
             self.publish(job)
         checkout, base = self.fresh_checkout(job)
         progress = Progress(self, job.id)
-        outcome = self.adapter(job).act_verify(self.request(job, checkout, approved=True), progress)
+        request = self.request(job, checkout, approved=True)
+        outcome = tier3.act_verify(self, job, self.adapter(job), request, progress)  # the adapter's, or drafts
         gates = [_gate_json(g) for g in outcome.gates] or progress.gates
         job = self.enter(self.store.get(job.id), JobState.VERIFYING)
         result = {k: v for k, v in (job.result or {}).items() if k not in ("dispatched", "workflow_run")}

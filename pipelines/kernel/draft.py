@@ -2,9 +2,10 @@
 liger-bot writes the test (the reference it traced, forward and backward) and the same gates judge the draft.
 
 `attempt` is one try: the draft and the bot's test written into the checkout, then checkstyle and the unit tests,
-each a subprocess with the allow-listed environment (`pipelines.commands`: no key, no token). `run` is the whole
-bounded loop on the bot's branch, committing only a draft that passed. Only ops without weights are drafted (the
-test calls `Liger{Name}Function.apply(x)`); the module, functional API, exports and benchmark are not written.
+each a subprocess with the allow-listed environment (`pipelines.commands`: no key, no token). The App runs it in
+the stage child (bot.adapters.kernel_draft_attempt), one call per draft of the repair loop (pipelines.llm.repair,
+driven by bot.tier3). Only ops without weights are drafted (the test calls `Liger{Name}Function.apply(x)`); the
+module, functional API, exports and benchmark are not written.
 """
 
 from __future__ import annotations
@@ -15,15 +16,16 @@ from pathlib import Path
 from pipelines import render
 from pipelines.changeset import checkstyle_gate
 from pipelines.changeset import format_with_target_style
+from pipelines.kernel import reference as reference_mod
+from pipelines.kernel import spec as spec_mod
 from pipelines.kernel import verify as verify_mod
 from pipelines.kernel.act import KernelFiles
-from pipelines.kernel.act import context
+from pipelines.kernel.reference import ReferenceCode
+from pipelines.kernel.spec import Spec
 from pipelines.kernel.spec import pascal
 from pipelines.kernel.understand import Tier
 from pipelines.kernel.understand import Understanding
 from pipelines.llm import prompts
-from pipelines.llm.repair import RepairRun
-from pipelines.llm.repair import repair_loop
 from pipelines.outcome import GateResult
 from pipelines.outcome import GateStatus
 from pipelines.outcome import PipelineError
@@ -32,11 +34,32 @@ from pipelines.target import Checkout
 
 @dataclass(frozen=True)
 class Tier3:
-    u: Understanding
+    """What a draft is asked for and judged against: the spec, the reference liger-bot traced, the refusal."""
+
+    spec: Spec
+    reference: ReferenceCode
+    refusal: str
+
+    @classmethod
+    def of(cls, u: Understanding) -> Tier3:
+        if u.tier != Tier.COMPLEX:
+            raise PipelineError(f"{u.spec.text} is tier {u.tier}: the deterministic engine writes it")
+        if u.weights or u.reference.has_weights or u.reference.float_params:
+            raise PipelineError(
+                f"{u.spec.text}: the provider drafts tier-3 ops of one tensor only (no weights or parameters)",
+                hint="write it with the liger-kernel-dev skill's tier-3 template",
+            )
+        return cls(u.spec, u.reference, u.refusal)
+
+    @classmethod
+    def again(cls, spec_text: str, root: Path, name: str | None, refusal: str) -> Tier3:
+        """The task of an approved profile, rebuilt without tracing again (the reference is read, not run)."""
+        spec = spec_mod.resolve(spec_text, root, name)
+        return cls(spec, reference_mod.build(spec, root), refusal)
 
     @property
     def name(self) -> str:
-        return self.u.spec.name
+        return self.spec.name
 
     @property
     def files(self) -> KernelFiles:
@@ -46,39 +69,24 @@ class Tier3:
     def paths(self) -> list[str]:
         return [str(self.files.ops), str(self.files.test)]
 
-    def check(self) -> None:
-        if self.u.tier != Tier.COMPLEX:
-            raise PipelineError(f"{self.u.spec.text} is tier {self.u.tier}: the deterministic engine writes it")
-        if self.u.weights or self.u.reference.has_weights or self.u.reference.float_params:
-            raise PipelineError(
-                f"{self.u.spec.text}: the provider drafts tier-3 ops of one tensor only (no weights or parameters)",
-                hint="write it with the liger-kernel-dev skill's tier-3 template",
-            )
+    def reference_source(self) -> str:
+        return "\n".join([*self.reference.imports, "import torch", "", self.reference.code])
 
     def test_source(self) -> str:
-        ctx = context_without_bodies(self.u)
-        return render.render("kernel/tier3_test.py.j2", **ctx)
+        ref = self.reference
+        return render.render(
+            "kernel/tier3_test.py.j2",
+            name=self.name,
+            pascal=pascal(self.name),
+            spec=self.spec.text,
+            source=ref.source_note,
+            reference_imports=ref.imports,
+            reference_code=ref.code.rstrip() + "\n",
+            reference_class=ref.class_name,
+        )
 
     def first_prompt(self) -> str:
-        ref = self.u.reference
-        source = "\n".join(ref.imports + ["import torch", "", ref.code])
-        return prompts.draft_first(source, self.u.refusal, self.name)
-
-
-def context_without_bodies(u: Understanding) -> dict:
-    """act.context's names the tier-3 test needs (a tier-3 op has no lowered forward or backward)."""
-    if u.forward is not None and u.backward is not None:
-        return context(u)
-    ref = u.reference
-    return {
-        "name": u.spec.name,
-        "pascal": pascal(u.spec.name),
-        "spec": u.spec.text,
-        "source": ref.source_note,
-        "reference_imports": ref.imports,
-        "reference_code": ref.code.rstrip() + "\n",
-        "reference_class": ref.class_name,
-    }
+        return prompts.draft_first(self.reference_source(), self.refusal, self.name)
 
 
 def attempt(checkout: Checkout, task: Tier3, code: str) -> list[GateResult]:
@@ -95,29 +103,3 @@ def attempt(checkout: Checkout, task: Tier3, code: str) -> list[GateResult]:
             verify_mod.skipped_after(failed, label) if failed else verify_mod.unit_tests(checkout, task.name, on_gpu)
         )
     return gates
-
-
-def run(checkout: Checkout, u: Understanding, provider, attempts: int, progress=print) -> tuple[RepairRun, str]:
-    """The loop on `liger-bot/kernel-<name>`: a passing draft is committed; a failed loop leaves the branch clean."""
-    task = Tier3(u)
-    task.check()
-    branch = f"liger-bot/kernel-{task.name}"
-    checkout.git.checkout(branch, create_from="HEAD")
-    system = prompts.draft_system(task.name, pascal(u.spec.name))
-
-    def try_draft(code: str) -> list[GateResult]:
-        gates = attempt(checkout, task, code)
-        for gate in gates:
-            progress(gate.said())
-        return gates
-
-    result = repair_loop(provider, system, task.first_prompt(), try_draft, attempts)
-    if result.ok:
-        checkout.git.commit_all(
-            f"Add Liger{pascal(u.spec.name)}Function: a tier-3 kernel drafted by the anthropic "
-            f"provider for {u.spec.text}\n\nliger-bot kernel {u.spec.text} (provider: {provider.settings.model})"
-        )
-    else:
-        for path in task.paths:
-            Path(checkout.path(path)).unlink(missing_ok=True)
-    return result, branch

@@ -4,7 +4,6 @@ and with no key (or no `llm:` in the repo's config) the bot exactly as before: n
 
 from __future__ import annotations
 
-import dataclasses
 import subprocess
 
 import pytest
@@ -18,10 +17,10 @@ from pipelines.llm.settings import Caps
 from tests.bot.app_fixtures import MAINTAINER
 from tests.bot.app_fixtures import OUTSIDER
 from tests.bot.app_fixtures import comment_payload
-from tests.pipelines.llm.messages_standin import MessagesStandin
+from tests.bot.llm_fixtures import LLM_CONFIG
+from tests.bot.llm_fixtures import with_provider
 
 PROSE = "@liger-bot could you add support for Nemotron with the norm offset set to 1?"
-LLM_CONFIG = "llm:\n  provider: anthropic\n  model: claude-haiku-4-5\n  budget: {day_usd: 5}\n"
 
 
 def say(server, app, body: str, login: str = MAINTAINER) -> None:
@@ -32,22 +31,6 @@ def say(server, app, body: str, login: str = MAINTAINER) -> None:
 
 def replies(app) -> list[str]:
     return [c["body"] for c in app.forge.comments() if "liger-bot:reply" in c["body"]]
-
-
-@pytest.fixture
-def standin():
-    with MessagesStandin() as running:
-        yield running
-    running.check()
-
-
-def with_provider(app, standin, config: str | None = LLM_CONFIG) -> None:
-    runtime = app.runtime
-    runtime.config = dataclasses.replace(
-        runtime.config, anthropic_api_key=standin.api_key, anthropic_base_url=standin.url
-    )
-    if config is not None:
-        app.forge.set_file(REPO_CONFIG_PATH, config)
 
 
 def test_prose_becomes_a_proposal_that_a_writer_confirms(server, app, standin):

@@ -96,7 +96,7 @@ def _details(job: Job, state: JobState) -> list[str]:
     if result.get("llm"):
         parts.append(llm_report(result["llm"]))
     if result.get("explanation"):
-        parts.append(f"**In plain words** (the anthropic provider): {_plain(result['explanation'])}")
+        parts.append(explanation(result["explanation"]))
     if result.get("summary"):
         parts.append(result["summary"])
     if state is JobState.PR_OPENED and job.pr_number:
@@ -125,6 +125,10 @@ def llm_report(report: dict) -> str:
         f"{caps.get('job_tokens', 0):,} tokens, ${caps.get('job_usd', 0):.2f}. This repository today: "
         f"{day_tokens:,} of {caps.get('day_tokens', 0):,} tokens, ${day.get('usd', 0):.4f} of ${caps.get('day_usd', 0):.2f}."
     )
+
+
+def explanation(text: str) -> str:
+    return f"**In plain words** (the anthropic provider): {_plain(text)}"
 
 
 def _plain(text: str) -> str:

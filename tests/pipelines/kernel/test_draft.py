@@ -18,9 +18,8 @@ from pipelines.outcome import GateResult
 from pipelines.outcome import GateStatus
 from tests.pipelines.llm.messages_standin import MessagesStandin
 
-RIGHT = (
-    Path(__file__).parent / "drafts" / "centered_right.py.txt"
-).read_text()  # not .py: our ruff would re-sort it for us, not for the target
+# a .txt: our own ruff would sort its imports by our config, not by the target's
+RIGHT = (Path(__file__).parent / "drafts" / "centered_right.py.txt").read_text()
 WRONG = "import math\n" + RIGHT  # an unused import: the target's ruff refuses it
 CENTERED = "import torch\n\n\ndef centered(x):\n    return x - x.mean(0, keepdim=True)\n"
 

@@ -65,6 +65,8 @@ def read_answer(answer: str) -> Command:
     command = parse_line(lines[0])
     if command.verb not in PROPOSABLE:
         raise CommandError(f"a proposal may only start {', '.join(f'`{v}`' for v in sorted(PROPOSABLE))}")
+    if "`" in command.text():  # it is shown in a code block: nothing in it may close the block
+        raise CommandError("the model's answer holds a backtick, so nothing is proposed")
     return command
 
 
@@ -90,6 +92,17 @@ def record(store: Store, repo: str, thread: int, source_comment_id: int | None, 
         )
         session.add(row)
     return row
+
+
+def asked_already(store: Store, source_comment_id: int | None) -> bool:
+    """A redelivered comment: its proposal was made (and answered) the first time."""
+    from bot.llm_usage import ensure_tables
+
+    if source_comment_id is None:
+        return False
+    ensure_tables(store)
+    with store.session() as session:
+        return session.query(Proposal.id).filter(Proposal.source_comment_id == source_comment_id).first() is not None
 
 
 def take_open(store: Store, repo: str, thread: int, confirmer: str) -> Proposal | None:

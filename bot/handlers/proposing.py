@@ -38,26 +38,28 @@ def propose(ctx, body: str, trigger: Trigger) -> None:
     if not ctx.runtime.config.anthropic_api_key:  # the default bot: a mention without a command is no command
         return
     handle = ctx.forge.actor_login(ctx.repo).removesuffix("[bot]")
-    if not proposals.addressed_to_bot(body, handle):
+    if not proposals.addressed_to_bot(body, handle) or proposals.asked_already(ctx.store, trigger.comment_id):
         return
     try:
-        command = _ask(ctx, body)
+        asked = _ask(ctx, body)
     except (CommandError, OverBudget) as exc:
         return ctx.reply(f"@{trigger.login} {exc}. `/liger help` lists the commands; type one to run it.", trigger.key)
     except PipelineError as exc:
         return ctx.reply(f"@{trigger.login} {exc.message}" + (f" ({exc.hint})" if exc.hint else ""), trigger.key)
-    if command is None:
+    if asked is None:
         return
+    command, answer = asked
     proposals.record(ctx.store, ctx.repo.full_name, ctx.thread, trigger.comment_id, trigger.login, command)
     ctx.reply(
         f"@{trigger.login} I read this as:\n\n```\n{command.text()}\n```\n\nNothing runs until someone with "
-        f"{command.spec.permission.name.lower()} access replies `/liger confirm` here (within 24 hours).",
+        f"{command.spec.permission.name.lower()} access replies `/liger confirm` here (within 24 hours).\n\n"
+        f"<sub>proposed by the anthropic provider: {answer.spend.tokens:,} tokens, ${answer.spend.usd:.4f}</sub>",
         trigger.key,
     )
 
 
-def _ask(ctx, body: str) -> Command | None:
-    """The proposed command (parsed and its settings checked), or None where the provider is off for the repo."""
+def _ask(ctx, body: str):
+    """(the proposed command, parsed and its settings checked; the answer), or None where the provider is off."""
     from pipelines.llm import prompts
 
     provider = provider_for(ctx.runtime, ctx.repo.full_name, ctx.repo_config(), purpose="propose")
@@ -65,11 +67,12 @@ def _ask(ctx, body: str) -> Command | None:
         return None
     text = body[: proposals.MAX_PROSE_CHARACTERS]
     system, messages = prompts.propose_system(command_table()), prompts.propose_messages(text)
-    command = proposals.read_answer(provider.ask(system, messages, PROPOSAL_ANSWER_TOKENS).text)
+    answer = provider.ask(system, messages, PROPOSAL_ANSWER_TOKENS)
+    command = proposals.read_answer(answer.text)
     from bot.worker import flow_for
 
     flow_for(command.spec.pipeline).validate_settings(command.target, list(command.settings))
-    return command
+    return command, answer
 
 
 def confirm(ctx, _command: Command, trigger: Trigger) -> None:

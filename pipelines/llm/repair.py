@@ -2,7 +2,8 @@
 
 The loop knows nothing of kernels or sandboxes: `try_draft(code)` writes the draft where the caller decides and runs
 the caller's gates (in the App: the stage child's, away from every secret). It stops at the first draft whose hard
-gates all pass, after `attempts` drafts, or when the ledger refuses another call; each stop says why.
+gates all pass, after `attempts` drafts, when the ledger refuses another call, or when the API fails; each stop
+says why.
 """
 
 from __future__ import annotations
@@ -17,6 +18,7 @@ from pipelines.llm.budget import OverBudget
 from pipelines.llm.budget import Spend
 from pipelines.outcome import GateResult
 from pipelines.outcome import GateStatus
+from pipelines.outcome import PipelineError
 
 _CODE_BLOCK = re.compile(r"```(?:python|py)?[ \t]*\n(.*?)```", re.DOTALL)
 TryDraft = Callable[[str], list[GateResult]]
@@ -70,6 +72,9 @@ def repair_loop(provider, system: str, first_prompt: str, try_draft: TryDraft, a
             answer = provider.ask(system, messages)
         except OverBudget as exc:
             run.stop = f"stopped before draft {number}: {exc}"
+            return run
+        except PipelineError as exc:  # the API failed: what was spent and tried so far is still reported
+            run.stop = f"stopped at draft {number}: {exc.message}"
             return run
         run.spend = run.spend + answer.spend
         code = extract_code(answer.text)

@@ -62,3 +62,10 @@ def test_an_answer_without_one_code_block_is_a_failed_draft_not_a_file():
         seen: list[str] = []
         run = repair_loop(provider(standin, Caps()), "s", "p", lambda code: seen.append(code) or [], attempts=2)
     assert seen == ["x = 1\n"] and run.ok and run.attempts[0].failing.name == "draft"
+
+
+def test_an_api_failure_stops_the_loop_with_the_reason():
+    with MessagesStandin(api_key="the-real-one") as standin:
+        p = client.Provider(LlmSettings("anthropic"), "a-wrong-one", MemoryLedger(Caps()), standin.url)
+        run = repair_loop(p, "s", "p", failing_gate, attempts=3)
+    assert not run.ok and run.attempts == [] and "AuthenticationError, HTTP 401" in run.stop

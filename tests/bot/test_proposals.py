@@ -4,6 +4,7 @@ and with no key (or no `llm:` in the repo's config) the bot exactly as before: n
 
 from __future__ import annotations
 
+import copy
 import subprocess
 
 import pytest
@@ -13,10 +14,12 @@ from bot.commands import CommandError
 from bot.config import REPO_CONFIG_PATH
 from bot.jobs import JobState
 from bot.llm_usage import StoreLedger
+from pipelines.llm.budget import Spend
 from pipelines.llm.settings import Caps
 from tests.bot.app_fixtures import MAINTAINER
 from tests.bot.app_fixtures import OUTSIDER
 from tests.bot.app_fixtures import comment_payload
+from tests.bot.app_fixtures import fixture_payload
 from tests.bot.llm_fixtures import LLM_CONFIG
 from tests.bot.llm_fixtures import with_provider
 
@@ -116,8 +119,23 @@ def test_with_a_key_but_no_llm_in_the_repo_config_or_no_mention_nothing_is_sent(
     assert replies(app) == [] and standin.requests == []
 
 
-def test_a_spent_daily_budget_refuses_before_calling(server, app, standin):
-    with_provider(app, standin, config=LLM_CONFIG.replace("day_usd: 5", "day_usd: 0"))
+def test_the_repos_daily_cap_counts_what_other_jobs_spent_and_refuses_before_calling(server, app, standin):
+    with_provider(app, standin, config=LLM_CONFIG.replace("day_usd: 5", "day_usd: 0.01"))
+    other_job = StoreLedger(app.store, "Codertocat/Hello-World", Caps(), job_id=77)
+    other_job.record(Spend(1, 1000, 500, 0.01))  # a tier-3 draft of another job spent today's budget
     say(server, app, PROSE)
     (reply,) = replies(app)
-    assert "daily cost cap" in reply and standin.requests == []
+    assert "daily cost cap ($0.01) is reached" in reply and standin.requests == []
+
+
+def test_a_review_comment_addressed_to_the_bot_is_proposed_too(server, app, standin):
+    with_provider(app, standin)
+    standin.answers.append("/liger perf rms_norm --pass forward")
+    payload = copy.deepcopy(fixture_payload("pull_request_review_comment.created"))
+    payload["comment"]["body"] = "@liger-bot can you make the rms norm forward faster?"
+    for user in (payload["comment"]["user"], payload["sender"]):
+        user["login"], user["type"] = MAINTAINER, "User"
+    assert server.deliver("pull_request_review_comment", payload).status_code in (200, 202)
+    app.drain()
+    (proposal,) = replies(app)
+    assert "```\n/liger perf rms_norm --pass forward\n```" in proposal

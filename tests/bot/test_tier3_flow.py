@@ -83,3 +83,26 @@ def test_with_no_key_understand_is_asked_exactly_as_before():
     object.__setattr__(request, "options", {"name": "x"})
     assert tier3.allow_drafts(_NoKeyWorker(), Job(), request) is request  # tier 3 stays refused
     assert TIER3_DRAFTS not in request.options and not tier3.is_draft_job(Job())
+
+
+def test_the_status_comment_says_which_cap_stopped_the_drafts():
+    from bot.status import llm_report
+    from pipelines.llm.settings import Caps
+
+    report = {
+        "ok": False,
+        "stop": "stopped before draft 3: the job's cost cap ($0.05) is reached",
+        "spend": {"calls": 2, "input_tokens": 3000, "output_tokens": 1200, "usd": 0.051},
+        "attempts": [
+            {"number": 1, "gates": [{"name": "checkstyle", "status": "FAIL", "detail": "F401"}]},
+            {"number": 2, "gates": [{"name": "unit tests (CPU, TRITON_INTERPRET=1)", "status": "FAIL", "detail": ""}]},
+        ],
+        "model": "claude-sonnet-4-5",
+        "caps": Caps(job_usd=0.05).to_json(),
+        "day": {"calls": 9, "input_tokens": 20000, "output_tokens": 8000, "usd": 0.3},
+    }
+    text = llm_report(report)
+    assert "draft 1: checkstyle FAIL; draft 2: unit tests (CPU, TRITON_INTERPRET=1) FAIL" in text
+    assert "stopped before draft 3: the job's cost cap ($0.05) is reached" in text
+    assert "2 calls, 4,200 tokens (3,000 in, 1,200 out), $0.0510" in text
+    assert "This repository today: 28,000 of 3,000,000 tokens, $0.3000 of $30.00" in text

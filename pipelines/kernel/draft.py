@@ -25,7 +25,6 @@ from pipelines.kernel.spec import Spec
 from pipelines.kernel.spec import pascal
 from pipelines.kernel.understand import Tier
 from pipelines.kernel.understand import Understanding
-from pipelines.llm import prompts
 from pipelines.outcome import GateResult
 from pipelines.outcome import GateStatus
 from pipelines.outcome import PipelineError
@@ -84,9 +83,6 @@ class Tier3:
             reference_code=ref.code.rstrip() + "\n",
             reference_class=ref.class_name,
         )
-
-    def first_prompt(self) -> str:
-        return prompts.draft_first(self.reference_source(), self.refusal, self.name)
 
 
 def attempt(checkout: Checkout, task: Tier3, code: str) -> list[GateResult]:

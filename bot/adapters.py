@@ -211,7 +211,11 @@ KERNEL_FIELDS = (
     "gradient_formulas",
     "backward_recompute",
     "source",
+    "drafted_by",  # tier 3 with the provider on: who drafts it, and why the engine did not
+    "refusal",
 )
+# what the engine derives by lowering, which a tier-3 op has none of (its draft is the model's)
+LOWERED_FIELDS = ("closest_existing_kernel", "forward_computation", "gradient_formulas", "backward_recompute")
 
 
 def kernel_profile_table(profile: dict) -> str:
@@ -241,7 +245,7 @@ def kernel_understand(request: Request) -> Understood:
 
         task = Tier3.of(understanding)
         drafted = {
-            **profile.to_json(),
+            **{k: v for k, v in profile.to_json().items() if k not in LOWERED_FIELDS},
             "drafted_by": "the anthropic provider (tier 3)",
             "refusal": task.refusal,
             "reference_code": task.reference_source(),
@@ -283,8 +287,7 @@ def kernel_draft_attempt(request: Request, progress: Progress) -> Outcome:
     from pipelines.kernel.spec import pascal
 
     checkout = request.checkout
-    refusal = (request.profile or {}).get("refusal", "")
-    task = draft.Tier3.again(_kernel_spec(request), checkout.root, request.options.get("name"), refusal)
+    task = draft.Tier3.again(_kernel_spec(request), checkout.root, request.options.get("name"), refusal="")
     branch = f"{BRANCH_PREFIX}kernel-{task.name}"
     if checkout.git.current_branch() != branch:
         checkout.git.checkout(branch, create_from="HEAD")
@@ -300,12 +303,8 @@ def kernel_draft_attempt(request: Request, progress: Progress) -> Outcome:
             f"Add {task.name}: a tier-3 kernel drafted by the anthropic provider\n\nliger-bot kernel"
         )
     title = f"Add Liger{pascal(task.name)}Function: a tier-3 kernel drafted for {request.target}"
-    body = (
-        f"A tier-3 kernel for `{request.target}`, which liger-bot's deterministic engine refuses "
-        f"({task.refusal}). The ops file was drafted by the anthropic provider; the test is liger-bot's "
-        "(the traced reference, forward and backward). Review the kernel as you would a contributor's."
-    )
-    return Outcome(branch, gates, task.paths, title, body, ok, profile=request.profile)
+    body = ""  # the worker writes it (bot.tier3): it holds the refusal, the drafts and their cost
+    return Outcome(branch, gates, task.paths, title, body, ok)
 
 
 def verify_kernel_branch(request: Request, progress: Progress) -> list[GateResult]:

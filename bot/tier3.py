@@ -17,6 +17,7 @@ from bot.adapters import Adapter
 from bot.adapters import Outcome
 from bot.adapters import Request
 from bot.provider import provider_for
+from bot.status import llm_report
 from pipelines.outcome import GateResult
 from pipelines.outcome import GateStatus
 
@@ -62,7 +63,18 @@ def act_verify(worker, job, adapter: Adapter, request: Request, progress) -> Out
     worker.store.update(job.id, result={**(worker.store.get(job.id).result or {}), "llm": report})
     if not outcomes:
         return _refused(job, run.stop)
-    return dataclasses.replace(outcomes[-1], ok=run.ok, profile=profile)
+    return dataclasses.replace(outcomes[-1], ok=run.ok, profile=profile, pr_body=pr_body(job, report))
+
+
+def pr_body(job, report: dict) -> str:
+    """What a reviewer of the PR needs first: the engine refused this op, a model drafted it, the bot tested it."""
+    profile = job.profile
+    return (
+        f"A tier-3 kernel for `{job.target}`, which liger-bot's deterministic engine refuses: "
+        f"{profile['refusal']}\n\nThe ops file (`src/liger_kernel/ops/{profile['operation_name']}.py`) was drafted by "
+        "the anthropic provider and repaired against the failing gates' output; the test is liger-bot's (the traced "
+        "reference, forward and backward). Review the kernel as you would a contributor's.\n\n" + llm_report(report)
+    )
 
 
 def _refused(job, why: str) -> Outcome:

@@ -60,6 +60,10 @@ def test_a_tier3_kernel_is_drafted_repaired_verified_in_the_stage_child_and_its_
     body = status_body(app)
     assert "draft 1: checkstyle FAIL; draft 2: passed" in body and "Cost: 2 calls" in body
     assert "caps per job: 3 drafts" in body and "This repository today:" in body and "of $5.00" in body
+    assert "| drafted_by | `the anthropic provider (tier 3)` |" in body and "forward_computation" not in body
+    (pr,) = app.forge.state["pulls"].values()
+    assert pr["title"] == "Add LigerCenteredFunction: a tier-3 kernel drafted for centered.py:centered"
+    assert "engine refuses: tier 3: the traced graph needs" in pr["body"] and "draft 2: passed" in pr["body"]
     shown = subprocess.run(
         ["git", "-C", str(app.forge.remote), "show", "liger-bot/kernel-centered:src/liger_kernel/ops/centered.py"],
         capture_output=True,

@@ -300,7 +300,8 @@ def kernel_draft_attempt(request: Request, progress: Progress) -> Outcome:
             checkout.path(path).unlink(missing_ok=True)
     else:
         checkout.git.commit_all(
-            f"Add {task.name}: a tier-3 kernel drafted by the anthropic provider\n\nliger-bot kernel"
+            f"Add Liger{pascal(task.name)}Function: a tier-3 kernel drafted by the anthropic provider\n\n"
+            f"liger-bot kernel {request.target} (tier 3; the test is liger-bot's, the ops file the provider's)"
         )
     title = f"Add Liger{pascal(task.name)}Function: a tier-3 kernel drafted for {request.target}"
     body = ""  # the worker writes it (bot.tier3): it holds the refusal, the drafts and their cost

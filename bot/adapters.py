@@ -27,6 +27,9 @@ from pipelines.outcome import hard_failure
 from pipelines.target import Checkout
 
 BRANCH_PREFIX = "liger-bot/"
+# Request options the worker sets (never a command's: `--llm:...` is no option of any verb's grammar)
+TIER3_DRAFTS = "llm:tier3"  # "on": a tier-3 kernel is understood for the provider to draft, not refused
+DRAFT = "llm:draft"  # the provider's draft of a tier-3 kernel's ops file, to write and verify in the stage child
 Progress = Callable[[object], None]  # text lines, or GateResults as verify produces them
 
 
@@ -208,7 +211,11 @@ KERNEL_FIELDS = (
     "gradient_formulas",
     "backward_recompute",
     "source",
+    "drafted_by",  # tier 3 with the provider on: who drafts it, and why the engine did not
+    "refusal",
 )
+# what the engine derives by lowering, which a tier-3 op has none of (its draft is the model's)
+LOWERED_FIELDS = ("closest_existing_kernel", "forward_computation", "gradient_formulas", "backward_recompute")
 
 
 def kernel_profile_table(profile: dict) -> str:
@@ -230,13 +237,28 @@ def kernel_understand(request: Request) -> Understood:
     _, understanding, profile = pipeline.understand(
         _kernel_spec(request), request.checkout.root, request.options.get("name")
     )
-    if understanding.tier == Tier.COMPLEX:
+    if understanding.tier == Tier.COMPLEX and request.options.get(TIER3_DRAFTS) != "on":
         raise PipelineError(f"{request.target}: {understanding.refusal}", hint="the default engine refuses tier-3 ops")
-    return Understood(profile.to_json(), f"{BRANCH_PREFIX}kernel-{understanding.spec.name}")
+    branch = f"{BRANCH_PREFIX}kernel-{understanding.spec.name}"
+    if understanding.tier == Tier.COMPLEX:  # the provider is on: its draft waits for a person's approval
+        from pipelines.kernel.draft import Tier3
+
+        task = Tier3.of(understanding)
+        drafted = {
+            **{k: v for k, v in profile.to_json().items() if k not in LOWERED_FIELDS},
+            "drafted_by": "the anthropic provider (tier 3)",
+            "refusal": task.refusal,
+            "reference_code": task.reference_source(),
+        }
+        return Understood(drafted, branch, needs_review=("drafted_by",))
+    return Understood(profile.to_json(), branch)
 
 
 def kernel_act_verify(request: Request, progress: Progress) -> Outcome:
     from pipelines.kernel import pipeline
+
+    if DRAFT in request.options:
+        return kernel_draft_attempt(request, progress)
 
     run = pipeline.run(
         _kernel_spec(request),
@@ -256,6 +278,34 @@ def kernel_act_verify(request: Request, progress: Progress) -> Outcome:
         profile=run.profile.to_json(),
         verify_target=run.branch.removeprefix(f"{BRANCH_PREFIX}kernel-"),
     )
+
+
+def kernel_draft_attempt(request: Request, progress: Progress) -> Outcome:
+    """One tier-3 draft (the provider's text, from the worker) written and judged here, in the stage child: the
+    model's code runs only where every stage runs the target's code. A passing draft is committed on the branch."""
+    from pipelines.kernel import draft
+    from pipelines.kernel.spec import pascal
+
+    checkout = request.checkout
+    task = draft.Tier3.again(_kernel_spec(request), checkout.root, request.options.get("name"), refusal="")
+    branch = f"{BRANCH_PREFIX}kernel-{task.name}"
+    if checkout.git.current_branch() != branch:
+        checkout.git.checkout(branch, create_from="HEAD")
+    gates = draft.attempt(checkout, task, request.options[DRAFT])
+    for gate in gates:
+        progress(gate.said())
+    ok = not hard_failure(gates)
+    if not ok:  # the next draft starts from a clean checkout again (understand refuses a dirty one)
+        for path in task.paths:
+            checkout.path(path).unlink(missing_ok=True)
+    else:
+        checkout.git.commit_all(
+            f"Add Liger{pascal(task.name)}Function: a tier-3 kernel drafted by the anthropic provider\n\n"
+            f"liger-bot kernel {request.target} (tier 3; the test is liger-bot's, the ops file the provider's)"
+        )
+    title = f"Add Liger{pascal(task.name)}Function: a tier-3 kernel drafted for {request.target}"
+    body = ""  # the worker writes it (bot.tier3): it holds the refusal, the drafts and their cost
+    return Outcome(branch, gates, task.paths, title, body, ok)
 
 
 def verify_kernel_branch(request: Request, progress: Progress) -> list[GateResult]:
@@ -420,3 +470,12 @@ def adapter_for(pipeline: str) -> Adapter:
 def profile_table(pipeline: str, profile: dict) -> str:
     adapter = PIPELINES.get(pipeline)
     return adapter.profile_table(profile) if adapter else ""
+
+
+def settings_help(pipeline: str) -> str:
+    """The `--set field=value` names and values a pipeline accepts (the provider's proposals are told them)."""
+    if pipeline != "autopatch":
+        return ""
+    from pipelines.autopatch.profile import OVERRIDE_HELP
+
+    return OVERRIDE_HELP

@@ -103,6 +103,13 @@ VERBS: dict[str, Verb] = {
             Permission.WRITE,
             takes_settings=True,
         ),
+        Verb(
+            "confirm",
+            "",
+            "run the command liger-bot proposed for a request in plain words in this thread (the optional LLM "
+            "provider); the command's own permission applies",
+            Permission.WRITE,
+        ),
         Verb("status", "", "show where this thread's job stands", Permission.NONE),
         Verb("cancel", "", "cancel this thread's active job", Permission.WRITE),
         Verb("retry", "", "start this thread's last failed or cancelled job again", Permission.WRITE),

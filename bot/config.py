@@ -16,6 +16,8 @@ from pathlib import Path
 import yaml
 
 from bot.forge import redact
+from pipelines.llm.settings import LlmSettings
+from pipelines.llm.settings import parse_llm
 from pipelines.outcome import PipelineError
 
 DEFAULT_WEBHOOK_PATH = "/api/github/webhooks"
@@ -44,6 +46,9 @@ class AppConfig:
     server_threads: int = 16  # `serve`: requests handled at once (and so at most the deliveries one commit stores)
     connection_limit: int = 1000  # `serve`: open connections at most
     read_timeout: float = 10.0  # `serve`: seconds a client has to send one whole request
+    # the optional anthropic provider: on for a repo only when its .github/liger-bot.yml names it too
+    anthropic_api_key: str = field(default="", repr=False)
+    anthropic_base_url: str = ""  # "": the SDK's default (api.anthropic.com)
 
     @property
     def can_authenticate(self) -> bool:
@@ -108,7 +113,8 @@ def load_config(env: Mapping[str, str] = os.environ, require_secret: bool = True
     if level not in ("TRACE", "DEBUG", "INFO", "WARN", "WARNING", "ERROR", "FATAL", "CRITICAL"):
         raise PipelineError(f"LOG_LEVEL={level!r} is not a log level", hint="one of debug, info, warn, error")
     private_key = _private_key(env)
-    for held in (secret, private_key):  # whatever leaves a process of the App is redacted of these
+    anthropic_key = env.get("ANTHROPIC_API_KEY", "")
+    for held in (secret, private_key, anthropic_key):  # whatever leaves a process of the App is redacted of these
         redact.remember(held)
     return AppConfig(
         webhook_secret=secret,
@@ -127,11 +133,13 @@ def load_config(env: Mapping[str, str] = os.environ, require_secret: bool = True
         server_threads=max(1, _int(env, "SERVER_THREADS", 16)),
         connection_limit=max(1, _int(env, "CONNECTION_LIMIT", 1000)),
         read_timeout=float(max(1, _int(env, "READ_TIMEOUT_SECONDS", 10))),
+        anthropic_api_key=anthropic_key,
+        anthropic_base_url=env.get("ANTHROPIC_BASE_URL", ""),
     )
 
 
 # What the worker must not hand to the processes it starts: verify gates run the target repository's code.
-SECRET_VARIABLES = ("PRIVATE_KEY", "WEBHOOK_SECRET", "DATABASE_URL", "REDIS_URL")
+SECRET_VARIABLES = ("PRIVATE_KEY", "WEBHOOK_SECRET", "DATABASE_URL", "REDIS_URL", "ANTHROPIC_API_KEY")
 
 
 def hide_secrets_from_children(environ) -> list[str]:
@@ -164,6 +172,7 @@ class RepoConfig:
     prs_per_hour: int = 2
     max_open_prs: int = 5
     approvers: tuple[str, ...] = ()  # empty: anyone with write permission may approve
+    llm: LlmSettings = field(default_factory=LlmSettings)  # the optional provider (off unless named here)
     problems: tuple[str, ...] = field(default=(), compare=False)  # what was wrong in the file (defaults used)
 
     def may_approve(self, login: str) -> bool:
@@ -277,7 +286,10 @@ def _parse_repo_config(text: str | None) -> RepoConfig:
             values["approvers"] = tuple(a.lstrip("@") for a in approvers)
         else:
             problems.append("approvers must be a list of GitHub logins")
-    unknown = sorted(str(key)[:40] for key in data if key not in ("autonomous", "runner", "limits", "approvers"))
+    if "llm" in data:
+        values["llm"] = parse_llm(data["llm"], problems)
+    known = ("autonomous", "runner", "limits", "approvers", "llm")
+    unknown = sorted(str(key)[:40] for key in data if key not in known)
     if unknown:
         shown = ", ".join(unknown[:10]) + (f" and {len(unknown) - 10} more" if len(unknown) > 10 else "")
         problems.append(f"unknown keys ignored: {shown}")

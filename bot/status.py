@@ -93,6 +93,10 @@ def _details(job: Job, state: JobState) -> list[str]:
         parts.append(f"`{REPO_CONFIG_PATH}` has problems, so defaults are used for them: {shown}")
     if result.get("gates"):
         parts.append(gate_table(result["gates"]))
+    if result.get("llm"):
+        parts.append(llm_report(result["llm"]))
+    if result.get("explanation"):
+        parts.append(explanation(result["explanation"]))
     if result.get("summary"):
         parts.append(result["summary"])
     if state is JobState.PR_OPENED and job.pr_number:
@@ -102,6 +106,35 @@ def _details(job: Job, state: JobState) -> list[str]:
     if job.next_command:
         parts.append(f"Next: `{job.next_command}`")
     return parts
+
+
+def llm_report(report: dict) -> str:
+    """What the anthropic provider did for the job and what it cost, against the caps (the job's, the repo's day)."""
+    caps, spend, day = report.get("caps") or {}, report.get("spend") or {}, report.get("day") or {}
+    drafts = []
+    for attempt in report.get("attempts") or []:
+        failing = next((g for g in attempt["gates"] if g["status"] == "FAIL"), None)
+        drafts.append(f"draft {attempt['number']}: " + (f"{_cell(failing['name'])} FAIL" if failing else "passed"))
+    tokens = spend.get("input_tokens", 0) + spend.get("output_tokens", 0)
+    day_tokens = day.get("input_tokens", 0) + day.get("output_tokens", 0)
+    return (
+        f"**anthropic provider** (`{_code(report.get('model', ''))}`): {'; '.join(drafts) or 'no draft'}. "
+        f"{_code(report.get('stop', ''))}.\n\n"
+        f"Cost: {spend.get('calls', 0)} calls, {tokens:,} tokens ({spend.get('input_tokens', 0):,} in, "
+        f"{spend.get('output_tokens', 0):,} out), ${spend.get('usd', 0):.4f}; caps per job: {caps.get('attempts')} drafts, "
+        f"{caps.get('job_tokens', 0):,} tokens, ${caps.get('job_usd', 0):.2f}. This repository today: "
+        f"{day_tokens:,} of {caps.get('day_tokens', 0):,} tokens, ${day.get('usd', 0):.4f} of ${caps.get('day_usd', 0):.2f}."
+    )
+
+
+def explanation(text: str) -> str:
+    return f"**In plain words** (the anthropic provider): {_plain(text)}"
+
+
+def _plain(text: str) -> str:
+    """The model's explanation as plain text: no markup, no mention, no command can come of it."""
+    text = " ".join(str(text).split())[:1200]
+    return text.replace("`", "'").replace("@", "@\u200b").replace("<", "&lt;").replace("/liger", "/\u200bliger")
 
 
 def _code(text: str) -> str:

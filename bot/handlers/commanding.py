@@ -36,6 +36,8 @@ def handle_comment(ctx, body: str | None, comment_id: int | None, review_comment
     login = ctx.sender.get("login", "")
     base_key = str(comment_id if comment_id is not None else ctx.delivery_id)
     reacted = False
+    if not commands and body:  # prose: the provider may propose a command (bot.handlers.proposing)
+        return _propose(ctx, body, Trigger(login, comment_id, f"{base_key}:proposal", review_comment))
     for index, command in enumerate(commands):
         trigger = Trigger(login, comment_id, f"{base_key}:{index}", review_comment)
         if isinstance(command, CommandError):
@@ -182,6 +184,18 @@ def show_help(ctx, _command: Command, trigger: Trigger) -> None:
     ctx.reply(render_help(), trigger.key)
 
 
+def _propose(ctx, body: str, trigger: Trigger) -> None:
+    from bot.handlers.proposing import propose  # it builds on start_job and Trigger, defined here
+
+    propose(ctx, body, trigger)
+
+
+def confirm(ctx, command: Command, trigger: Trigger) -> None:
+    from bot.handlers.proposing import confirm as confirm_proposal
+
+    confirm_proposal(ctx, command, trigger)
+
+
 CONTROL = {
     "help": show_help,
     "approve": approve,
@@ -189,4 +203,5 @@ CONTROL = {
     "status": show_status,
     "cancel": cancel,
     "retry": retry,
+    "confirm": confirm,
 }

@@ -14,6 +14,7 @@ from tests.bot.app_fixtures import bare_remote  # noqa: F401
 from tests.bot.app_fixtures import forge  # noqa: F401
 from tests.bot.app_fixtures import packed_template  # noqa: F401
 from tests.bot.app_fixtures import server  # noqa: F401
+from tests.bot.llm_fixtures import standin  # noqa: F401  (the Messages API stand-in)
 
 STAGE_PYTHON_VARIABLE = "LIGER_BOT_STAGE_PYTHON"  # bot.isolation.STAGE_PYTHON_VARIABLE
 

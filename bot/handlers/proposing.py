@@ -10,6 +10,7 @@ from __future__ import annotations
 
 from bot import permissions
 from bot import proposals
+from bot.permissions import Permission
 from bot.adapters import settings_help
 from bot.commands import PREFIX
 from bot.commands import VERBS
@@ -40,6 +41,9 @@ def propose(ctx, body: str, trigger: Trigger) -> None:
     handle = ctx.forge.actor_login(ctx.repo).removesuffix("[bot]")
     if not proposals.addressed_to_bot(body, handle) or proposals.asked_already(ctx.store, trigger.comment_id):
         return
+    verdict = permissions.check(ctx.forge, ctx.repo, trigger.login, Permission.WRITE)  # asking spends the budget
+    if not verdict.allowed:
+        return ctx.reply(verdict.reason, trigger.key)
     try:
         asked = _ask(ctx, body)
     except (CommandError, OverBudget) as exc:

@@ -39,9 +39,13 @@ def replies(app) -> list[str]:
 def test_prose_becomes_a_proposal_that_a_writer_confirms(server, app, standin):
     with_provider(app, standin)
     standin.answers.append("/liger autopatch Nemotron --set rms_offset=1.0")
-    say(server, app, PROSE, login=OUTSIDER, comment_id=4242)  # anyone may ask; only a writer may confirm
-    say(server, app, PROSE, login=OUTSIDER, comment_id=4242)  # redelivered (another delivery id): asked once
-    (proposal,) = replies(app)
+    say(server, app, PROSE, login=OUTSIDER, comment_id=4241)  # asking spends the budget: writers only
+    (refused,) = replies(app)
+    assert "write access" in refused and standin.requests == []
+    say(server, app, PROSE, comment_id=4242)
+    say(server, app, PROSE, comment_id=4242)  # redelivered (another delivery id): asked once
+    proposal = replies(app)[-1]
+    assert len(replies(app)) == 2
     assert "```\n/liger autopatch Nemotron --set rms_offset=1.0\n```" in proposal and "/liger confirm" in proposal
     assert "proposed by the anthropic provider:" in proposal and " tokens, $0.0" in proposal
     assert app.jobs() == []  # nothing runs on a proposal

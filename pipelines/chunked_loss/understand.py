@@ -238,9 +238,11 @@ def chunk_function(ref: Reference, fn: ast.FunctionDef) -> tuple[ast.FunctionDef
             ]
         prologue.append(_stmt(f"{N_NAME} = full_target.shape[0]"))
     params += ref.extra_tensors
-    hypers = [h.name for h in ref.hypers]
-    all_params = params + hypers
-    defaults = [ast.Constant(value=None)] * (len(params) - 3) + [ast.Constant(value=h.default) for h in ref.hypers]
+    hypers = list(ref.hypers)
+    if not any(h.name == "beta" for h in hypers):  # the bases always hand the per-chunk loss a beta
+        hypers.insert(0, reference_mod.Hyper("beta", 0.1))
+    all_params = params + [h.name for h in hypers]
+    defaults = [ast.Constant(value=None)] * (len(params) - 3) + [ast.Constant(value=h.default) for h in hypers]
     chunk = ast.FunctionDef(
         name="preference_loss_fn",
         args=ast.arguments(

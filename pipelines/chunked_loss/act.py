@@ -133,8 +133,10 @@ def context(u: Understanding) -> dict:
         forward += ["ignore_index=-100", f"beta={beta}", f"compute_nll_loss={nll}", "compiled=True"]
         forward += ["use_ref_model=True"] if ref.uses_ref else []
         forward += [f"average_log_prob={average}", "chunk_size=1"]
-        forward += [f"{h['name']}={h['default_repr']}" for h in others] + ["alpha=1.0"]
+        # alpha and nll_target last, as Liger's DPO appends: positional callers of the earlier slots keep working
+        forward += [f"{h['name']}={h['default_repr']}" for h in others] + ["alpha=1.0", "nll_target=None"]
         super_kwargs = ["_input", "weight", "target", "bias", "ignore_index", "beta", "alpha", "compute_nll_loss"]
+        super_kwargs += ["nll_target"]
         super_kwargs += ["compiled"] + (["use_ref_model", *ref_inputs] if ref.uses_ref else [])
         init = ["ignore_index: int = -100", f"beta: float = {beta}", "alpha: float = 1.0"]
         init += [f"compute_nll_loss: bool = {nll}", "compiled: bool = True"]
@@ -159,7 +161,10 @@ def context(u: Understanding) -> dict:
     init_names = [p.split(":")[0] for p in init]
     module_forward += [f"{p}=None" for p in ref_inputs + extras]
     apply += ref_inputs + extras
-    apply += [f"self.{p.split('=')[0]}" for p in forward[len(apply) :]]
+    apply += [f"self.{p.split('=')[0]}" for p in forward[len(apply) :] if p != "nll_target=None"]
+    if paired:  # the NLL term's own target (ORPO's nll_target): a tensor of the call, not of the module
+        module_forward.append("nll_target=None")
+        apply.append("nll_target")
     n_grads = 4 if paired else 5
     n_inputs = 4 if paired else 5  # _input, weight, target[, preference_labels], bias: the test passes these itself
     tail = ["ref_input", "ref_weight", "None"] if ref.uses_ref else []
@@ -219,6 +224,7 @@ DOCS = {
     "use_ref_model": "use_ref_model (bool): Whether to use a reference model",
     "average_log_prob": "average_log_prob (bool): Whether to average the log probability per non-masked token",
     "chunk_size": "chunk_size (int): Size of chunks for processing",
+    "nll_target": "nll_target (torch.LongTensor, optional): Target tensor for the NLL loss. Shape: (batch_size, seq_len)",
     "chosen_logps": "chosen_logps (torch.Tensor): Log probabilities of chosen tokens. Shape: (chunk_size,)",
     "rejected_logps": "rejected_logps (torch.Tensor): Log probabilities of rejected tokens. Shape: (chunk_size,)",
     "full_target": "full_target (torch.Tensor): Non chunked full target tensor",

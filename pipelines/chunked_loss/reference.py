@@ -197,6 +197,7 @@ def from_function(node: ast.FunctionDef, text: str, path: str, settings: dict[st
             specialised[name] = settings.get(name, default)
         else:
             hypers.append(Hyper(name, default, ev))
+    _refuse_unknown(settings, specialised, node.name)
     fn = _normalised(node, rename=LOGP_NAMES, attributes={}, specialised=specialised)
     _check_names(fn, [*hypers], path)
     return Reference(
@@ -237,6 +238,20 @@ def _defaults(args: ast.arguments) -> dict[str, object]:
         if default is not None:
             found[arg.arg] = _literal(default)
     return found
+
+
+GENERIC_SETTINGS = {"average_log_prob", "compute_nll_loss", "pairing"}
+
+
+def _refuse_unknown(settings: dict[str, str], specialised: dict[str, str], where: str) -> None:
+    unknown = sorted(set(settings) - set(specialised) - GENERIC_SETTINGS)
+    if unknown:
+        raise PipelineError(
+            f"--set {', '.join(unknown)}: not a setting of {where}",
+            hint=f"it takes: {', '.join(sorted(set(specialised) | GENERIC_SETTINGS))}",
+        )
+    if settings.get("pairing", "paired") not in ("paired", "unpaired"):
+        raise PipelineError(f"--set pairing={settings['pairing']}: paired or unpaired")
 
 
 def _setting_bool(settings: dict[str, str], key: str, default: bool) -> bool:
@@ -304,13 +319,9 @@ def from_class(
             raise PipelineError(f"{where}: alignment_loss branches on the flag self.{attr}", hint="fold it by hand")
         else:
             hypers.append(Hyper(attr, value, Evidence(f"hyper-parameter {attr}={value!r}", path, line)))
-    unknown = sorted(set(settings) - set(specialised) - {"average_log_prob", "compute_nll_loss", "pairing"})
-    if unknown:
-        raise PipelineError(
-            f"--set {', '.join(unknown)}: not a string hyper-parameter of {node.name}",
-            hint=f"it has: {', '.join(sorted(specialised)) or 'none'}",
-        )
+    _refuse_unknown(settings, specialised, node.name)
     fn = _normalised(loss, rename=LOGP_NAMES, attributes=values, specialised=specialised, drop_self=True)
+    _refuse_folded_raise(fn, specialised, where)
     _add_keywords(fn, hypers)
     read = {n.id for n in ast.walk(fn) if isinstance(n, ast.Name) and isinstance(n.ctx, ast.Load)}
     hypers = [h for h in hypers if h.name in read]  # a folded-away branch's hyper-parameters are not the loss's
@@ -331,6 +342,23 @@ def from_class(
         evidence=evidence,
         origin=f"{path}:{node.name}",
     )
+
+
+def _refuse_folded_raise(fn: ast.FunctionDef, specialised: dict[str, str], where: str) -> None:
+    """A fixed string whose branch is the reference's own `raise` (an unknown loss_type): its message says why."""
+    raised = next((s for s in fn.body if isinstance(s, ast.Raise)), None)
+    if raised is None:
+        return
+    fixed = ", ".join(f"{k}={v!r}" for k, v in specialised.items())
+    raise PipelineError(
+        f"{where}: with {fixed} the reference raises: {_literal_text(raised)}",
+        hint="--set one of the values the reference's branches compare with",
+    )
+
+
+def _literal_text(raised: ast.Raise) -> str:
+    text = ast.unparse(raised.exc) if raised.exc is not None else "raise"
+    return text if len(text) < 200 else text[:200] + " ..."
 
 
 def _add_keywords(fn: ast.FunctionDef, hypers: list[Hyper]) -> None:
@@ -581,6 +609,7 @@ def from_trl(spec: Spec, settings: dict[str, str]) -> Reference:
     preamble = _trl_preamble(method, loop)
     defaults = _config_defaults(config_relative, config_cls)
     specialised = {"f_divergence_type": settings.get("f_divergence_type", defaults["f_divergence_type"][0])}
+    _refuse_unknown(settings, specialised, f"TRL's {cls}")
     evidence = [
         Evidence(f"loss_type {spec.qualname!r}", shown, _lines(branch), _snippet(text, branch.body[-1], 140)),
         Evidence("log-ratio preamble", shown, (preamble[0].lineno, preamble[-1].end_lineno)),

@@ -121,9 +121,12 @@ def _worst(probe: Probe) -> str:
 
 def _culprit(fn: ast.FunctionDef) -> str:
     """The batch-wide operation the loss reads, as the reason a person can check."""
-    returned = {
-        id(n) for r in ast.walk(fn) if isinstance(r, ast.Return) and r.value is not None for n in ast.walk(r.value)
-    }
+    # a returned metric's own `torch.mean(x)` is the batch mean the generated code rewrites; anything inside counts
+    returned = set()
+    for node in ast.walk(fn):
+        if isinstance(node, ast.Return) and node.value is not None:
+            elements = node.value.elts if isinstance(node.value, ast.Tuple) else [node.value]
+            returned |= {id(e) for e in elements if _mean_of(e) is not None or _is_sum(e)}
     for node in ast.walk(fn):
         if not isinstance(node, ast.Call) or id(node) in returned:
             continue
@@ -180,7 +183,8 @@ class _Returns(ast.NodeTransformer):
             raise PipelineError("the loss returns nothing")
         elements = list(node.value.elts) if isinstance(node.value, ast.Tuple) else [node.value]
         kinds = ["loss"]
-        new = [_summed(elements[0])]
+        loss_mean = _mean_of(elements[0])  # a reference that returns the batch mean itself, not per-sequence losses
+        new = [_summed(loss_mean if loss_mean is not None else elements[0])]
         for element in elements[1:]:
             averaged = _mean_of(element)
             if averaged is not None:

@@ -28,11 +28,14 @@ from pipelines.outcome import PipelineError
 
 # loss -> (SPEC, settings, Liger's class stem, the -k expression of the tests built on that reference class)
 CASES = {
+    # Liger's DPO is ten loss types behind one `loss_type` switch, each a reference class of its test file
     "dpo": (
-        "test/chunked_loss/test_dpo_loss.py:HFDPOLoss",
+        "test/chunked_loss/test_dpo_loss.py:sigmoid=HFDPOLoss,apo_zero=HFAPOZeroLoss,apo_down=HFAPODownLoss,"
+        "sppo_hard=HFSPPPOHARDLoss,nca_pair=HFNCAPAIRLoss,hinge=HFHingeLoss,bco_pair=HFBCOPAIRLoss,"
+        "robust=HFRobustLoss,exo_pair=HFEXOPAIRLoss,discopop=HFDiscoPOPLoss",
         (),
         "DPO",
-        "test_correctness and not loss_types or test_alpha or test_functional_positional or frozen or mixed",
+        "",
     ),
     "orpo": ("test/chunked_loss/test_orpo_loss.py:HFORPOLoss", (), "ORPO", ""),
     "cpo": ("test/chunked_loss/test_cpo_loss.py:HFCPOLoss", (), "CPO", "not simpo"),

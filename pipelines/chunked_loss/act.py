@@ -126,13 +126,16 @@ def context(u: Understanding) -> dict:
     ref_inputs = ["ref_input", "ref_weight", "ref_bias"] if ref.uses_ref else []
     extras = list(ref.extra_tensors)
     average = repr(ref.average_log_prob)
+    loss_types = [t for t, _ in u.variants]
+    # a family's switch, where Liger's DPO has it: right after chunk_size
+    switch = [f"loss_type={loss_types[0]!r}"] if loss_types else []
     nll = repr(ref.compute_nll_loss)
     if paired:
         forward = ["_input", "weight", "target", "bias=None"]
         forward += [f"{p}=None" for p in ref_inputs + extras]
         forward += ["ignore_index=-100", f"beta={beta}", f"compute_nll_loss={nll}", "compiled=True"]
         forward += ["use_ref_model=True"] if ref.uses_ref else []
-        forward += [f"average_log_prob={average}", "chunk_size=1"]
+        forward += [f"average_log_prob={average}", "chunk_size=1"] + switch
         # alpha and nll_target last, as Liger's DPO appends: positional callers of the earlier slots keep working
         forward += [f"{h['name']}={h['default_repr']}" for h in others] + ["alpha=1.0", "nll_target=None"]
         super_kwargs = ["_input", "weight", "target", "bias", "ignore_index", "beta", "alpha", "compute_nll_loss"]
@@ -147,7 +150,7 @@ def context(u: Understanding) -> dict:
         forward += [f"{p}=None" for p in ref_inputs + extras]
         forward += ["ignore_index=-100", f"beta={beta}", "compiled=True"]
         forward += ["use_ref_model=True"] if ref.uses_ref else []
-        forward += [f"average_log_prob={average}", "chunk_size=1"]
+        forward += [f"average_log_prob={average}", "chunk_size=1"] + switch
         forward += [f"{h['name']}={h['default_repr']}" for h in others]
         super_kwargs = ["_input", "weight", "target", "preference_labels", "bias", "ignore_index", "beta", "compiled"]
         super_kwargs += ["use_ref_model", *ref_inputs] if ref.uses_ref else []
@@ -155,8 +158,10 @@ def context(u: Understanding) -> dict:
         module_forward = ["_input", "lin_weight", "target", "bias=None", "preference_labels=None"]
         apply = ["_input", "lin_weight", "target", "preference_labels", "bias"]
     super_kwargs += ["average_log_prob", "chunk_size", *[h["name"] for h in others], *extras]
+    super_kwargs += ["loss_type"] if loss_types else []
     init += ["use_ref_model: bool = True"] if ref.uses_ref else []
     init += [f"average_log_prob: bool = {average}", "chunk_size: int = 1"]
+    init += [f"loss_type: str = {loss_types[0]!r}"] if loss_types else []
     init += [f"{h['name']}: float = {h['default_repr']}" for h in others]
     init_names = [p.split(":")[0] for p in init]
     module_forward += [f"{p}=None" for p in ref_inputs + extras]
@@ -169,7 +174,10 @@ def context(u: Understanding) -> dict:
     n_inputs = 4 if paired else 5  # _input, weight, target[, preference_labels], bias: the test passes these itself
     tail = ["ref_input", "ref_weight", "None"] if ref.uses_ref else []
     tail += [f'extras["{e}"]' for e in extras]
-    tail += ["COMPILED" if p.startswith("compiled=") else p.split("=", 1)[1] for p in forward[n_inputs + len(tail) :]]
+    tail += [
+        "COMPILED" if p.startswith("compiled=") else "loss_type" if p.startswith("loss_type=") else p.split("=", 1)[1]
+        for p in forward[n_inputs + len(tail) :]
+    ]
     return {
         "name": u.spec.name,
         "spec": u.spec.text,
@@ -201,6 +209,10 @@ def context(u: Understanding) -> dict:
         "reference_source": _reference_source(u),
         "n_base_outputs": 5 if paired else 4,
         "functional_tail": tail,
+        "family": bool(loss_types),
+        "loss_types": loss_types,
+        "variant_sources": _variant_sources(u),
+        "variant_hypers": _variant_hypers(u),
         "fp32_tol": FP32_TOL,
         "bf16_tol": BF16_TOL,
         **names(u.spec.name),
@@ -249,6 +261,21 @@ def _reference_source(u: Understanding) -> str:
     fn = ast.parse(u.reference.source).body[0]
     fn.name = f"reference_{u.spec.name}_loss"
     return ast.unparse(fn)
+
+
+def _variant_sources(u: Understanding) -> list[str]:
+    """A family's reference per loss type, each under the test's name for it."""
+    out = []
+    for loss_type, ref in u.variants:
+        fn = ast.parse(ref.source).body[0]
+        fn.name = f"reference_{u.spec.name}_{loss_type}_loss"
+        out.append(ast.unparse(fn))
+    return out
+
+
+def _variant_hypers(u: Understanding) -> dict[str, dict]:
+    """Each loss type's own hyper-parameters and defaults (the family's module has one default for each)."""
+    return {loss_type: {h.name: h.default for h in ref.hypers} for loss_type, ref in u.variants}
 
 
 def render_files(u: Understanding) -> dict[str, str]:

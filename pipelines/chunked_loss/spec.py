@@ -13,6 +13,7 @@ import ast
 import difflib
 import re
 from dataclasses import dataclass
+from dataclasses import replace
 from pathlib import Path
 
 from pipelines.kernel.spec import validate_name
@@ -37,6 +38,7 @@ class Spec:
     path: Path | None = None  # the file (absolute) for REPO and FILE
     qualname: str = ""  # the class or function in that file; the loss_type for TRL
     trainer: str = ""  # TRL's trainer (`dpo`) for TRL specs
+    variants: tuple[tuple[str, str], ...] = ()  # (loss_type, qualname) of a family: one class, a loss_type switch
 
 
 def resolve(text: str, repo: Path, name: str | None = None) -> Spec:
@@ -51,14 +53,17 @@ def resolve(text: str, repo: Path, name: str | None = None) -> Spec:
             f"{text!r} is neither path/to/file.py[:name] nor trl:<trainer>:<loss_type>",
             hint="e.g. test/chunked_loss/test_dpo_loss.py:HFDPOLoss or trl:dpo:ipo",
         )
+    variants = _variants(qual)
+    if variants:
+        qual = variants[0][1]
     if qual and not _QUALNAME.match(qual):
         raise PipelineError(f"{qual!r} is not a Python name", hint="SPEC is path/to/file.py:Class_or_function")
     inside = (repo / path_part).resolve()
     if not Path(path_part).is_absolute() and inside.is_file() and inside.is_relative_to(repo.resolve()):
-        return _file_spec(SpecKind.REPO, text, inside, qual, name)
+        return _with_variants(_file_spec(SpecKind.REPO, text, inside, qual, name), variants)
     outside = Path(path_part).expanduser()
     if outside.is_file():
-        return _file_spec(SpecKind.FILE, text, outside.resolve(), qual, name)
+        return _with_variants(_file_spec(SpecKind.FILE, text, outside.resolve(), qual, name), variants)
     raise PipelineError(
         f"{path_part} does not exist (looked in {repo} and the current directory)",
         hint="give a path inside the target repository, or an existing file holding the loss function",
@@ -70,8 +75,37 @@ def _trl(text: str, name: str | None) -> Spec:
     if len(parts) != 3 or not all(parts[1:]):
         raise PipelineError(f"{text!r} is not trl:<trainer>:<loss_type>", hint="e.g. trl:dpo:ipo")
     _, trainer, loss_type = parts
+    if "," in loss_type:  # trl:dpo:sigmoid,hinge,ipo: one class switching on loss_type, as Liger's DPO does
+        types = tuple(t.strip() for t in loss_type.split(","))
+        variants = tuple((t, t) for t in types)
+        return Spec(SpecKind.TRL, text, validate_name(name or trainer), types[0], trainer, variants)
     default = f"{loss_type}" if trainer == "dpo" else f"{trainer}_{loss_type}"
     return Spec(SpecKind.TRL, text, validate_name(name or default), qualname=loss_type, trainer=trainer)
+
+
+def _variants(qual: str) -> tuple[tuple[str, str], ...]:
+    """`sigmoid=HFDPOLoss,hinge=HFHingeLoss` (or `HFDPOLoss,HFHingeLoss`: named after the classes) -> a family."""
+    if "," not in qual and "=" not in qual:
+        return ()
+    found = []
+    for item in qual.split(","):
+        loss_type, equals, name = item.strip().partition("=")
+        name = name if equals else loss_type
+        loss_type = loss_type if equals else loss_name(name)
+        if not _QUALNAME.match(name) or not _QUALNAME.match(loss_type):
+            raise PipelineError(
+                f"{item!r} is not loss_type=Name", hint="e.g. file.py:sigmoid=HFDPOLoss,hinge=HFHingeLoss"
+            )
+        found.append((loss_type, name))
+    return tuple(found)
+
+
+def _with_variants(spec: Spec, variants: tuple[tuple[str, str], ...]) -> Spec:
+    if not variants:
+        return spec
+    for _, name in variants[1:]:
+        _file_spec(spec.kind, spec.text, spec.path, name, spec.name)  # each must exist
+    return replace(spec, variants=variants)
 
 
 def loss_name(identifier: str) -> str:

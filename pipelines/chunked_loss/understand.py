@@ -18,6 +18,7 @@ import copy
 import math
 from dataclasses import dataclass
 from dataclasses import field
+from dataclasses import replace
 
 import torch
 import torch.nn.functional as F
@@ -83,6 +84,11 @@ class Understanding:
     outputs: list[str]  # "loss", then each metric's kind: "per-sequence" | "scalar sum" | "scalar mean"
     probe: Probe
     notes: list[str] = field(default_factory=list)
+    variants: list = field(default_factory=list)  # (loss_type, Reference) of a family; empty for one loss
+
+    @property
+    def family(self) -> bool:
+        return bool(self.variants)
 
     @property
     def kind(self) -> str:
@@ -90,13 +96,22 @@ class Understanding:
 
 
 def understand(spec: Spec, repo, settings: dict[str, str]) -> Understanding:
+    if spec.variants:
+        return understand_family(spec, repo, settings)
+    ref, chunk, outputs, probe = _variant(spec, repo, settings)
+    source = ast.unparse(ast.fix_missing_locations(chunk))
+    body = source.splitlines()[1:]
+    return Understanding(spec, ref, source, body, [a.arg for a in chunk.args.args], outputs, probe)
+
+
+def _variant(spec: Spec, repo, settings: dict[str, str], hypers: list | None = None):
+    """One loss: its reference, its per-chunk function (with `hypers` as its signature's, for a family), the proof."""
     ref = reference_mod.build(spec, repo, settings)
     fn_node = ast.parse(ref.source).body[0]
     if any(isinstance(n, ast.Name) and n.id == N_NAME for n in ast.walk(fn_node)):
         raise PipelineError(f"{spec.text}: the loss uses the name {N_NAME}, which the generated code reserves")
     chunk, outputs = chunk_function(ref, fn_node)
-    source = ast.unparse(ast.fix_missing_locations(chunk))
-    probe = prove(ref, source, outputs)
+    probe = prove(ref, ast.unparse(ast.fix_missing_locations(chunk)), outputs)
     if not probe.passed:
         raise PipelineError(
             f"{spec.text} does not decompose over chunks: {_culprit(fn_node)}; the per-chunk function over chunks "
@@ -104,15 +119,94 @@ def understand(spec: Spec, repo, settings: dict[str, str]) -> Understanding:
             f"(max abs diff {_worst(probe)})",
             hint="Liger's preference bases sum per-chunk losses; a loss needing a batch-wide statistic cannot be chunked",
         )
-    notes = []
     if ref.kind != PAIRED and any(o == "per-sequence" for o in outputs[1:]):
         raise PipelineError(
             f"{spec.text}: an unpaired loss returning per-sequence metrics; LigerFusedLinearUnpairedPreferenceBase "
             "aggregates scalar metrics only",
             hint="return their .sum() instead",
         )
-    body = [line for line in source.splitlines()[1:]]
-    return Understanding(spec, ref, source, body, [a.arg for a in chunk.args.args], outputs, probe, notes)
+    if hypers is not None:
+        chunk, outputs = chunk_function(ref, fn_node, hypers)
+    return ref, chunk, outputs, probe
+
+
+# what every loss type of a family must share: they are one Function with one signature
+FAMILY_SHARED = ("kind", "uses_ref", "extra_tensors", "average_log_prob", "compute_nll_loss")
+
+
+def understand_family(spec: Spec, repo, settings: dict[str, str]) -> Understanding:
+    """Several losses as one class with a `loss_type` switch (Liger's DPO: sigmoid, hinge, ...), each loss type
+    understood and proven on its own, then its per-chunk body one branch of `preference_loss_fn`."""
+    refs = [_variant(replace(spec, qualname=qual, variants=()), repo, settings)[0] for _, qual in spec.variants]
+    first = refs[0]
+    for (loss_type, _), ref in zip(spec.variants, refs, strict=True):
+        differs = [f for f in FAMILY_SHARED if getattr(ref, f) != getattr(first, f)]
+        if differs:
+            raise PipelineError(
+                f"{spec.text}: loss type {loss_type!r} differs from {spec.variants[0][0]!r} in {', '.join(differs)}",
+                hint="one chunked loss class takes one set of inputs; generate these loss types separately",
+            )
+    hypers: dict[str, reference_mod.Hyper] = {}
+    for ref in refs:
+        for hyper in ref.hypers:
+            hypers.setdefault(hyper.name, hyper)  # the first loss type's default; each type's own goes in its test
+    union = sorted(hypers.values(), key=lambda h: h.name != "beta")
+    chunks, outputs, probes = [], None, {}
+    for loss_type, qual in spec.variants:
+        _, chunk, kinds, probe = _variant(replace(spec, qualname=qual, variants=()), repo, settings, union)
+        if outputs is not None and kinds != outputs:
+            raise PipelineError(
+                f"{spec.text}: loss type {loss_type!r} returns {kinds}, {spec.variants[0][0]!r} returns {outputs}",
+                hint="the loss types of one class return the same metrics",
+            )
+        outputs = kinds
+        chunks.append((loss_type, chunk))
+        probes[loss_type] = probe
+    merged = replace(
+        first,
+        hypers=union,
+        origin=f"{spec.text} ({len(refs)} loss types)",
+        evidence=[e for r in refs for e in r.evidence],
+    )
+    chunk = _dispatch(chunks, _prologue_length(first))
+    source = ast.unparse(ast.fix_missing_locations(chunk))
+    probe = Probe(
+        first_probe(probes).pairs,
+        first_probe(probes).chunks,
+        {f"{t}: {k}": v for t, p in probes.items() for k, v in p.max_abs_diff.items()},
+        all(p.passed for p in probes.values()),
+    )
+    u = Understanding(spec, merged, source, source.splitlines()[1:], [a.arg for a in chunk.args.args], outputs, probe)
+    u.variants = [(t, r) for (t, _), r in zip(spec.variants, refs, strict=True)]
+    return u
+
+
+def first_probe(probes: dict) -> Probe:
+    return next(iter(probes.values()))
+
+
+def _prologue_length(ref: Reference) -> int:
+    """How many statements chunk_function puts before the reference's own body."""
+    fn, _ = chunk_function(ref, ast.parse("def f():\n    return x").body[0])
+    return len(fn.body) - 1
+
+
+def _dispatch(chunks: list[tuple[str, ast.FunctionDef]], prologue: int) -> ast.FunctionDef:
+    """One `preference_loss_fn(..., loss_type=first)`: the shared prologue, then one branch per loss type."""
+    first = copy.deepcopy(chunks[0][1])
+    names = ", ".join(t for t, _ in chunks)
+    branch: list[ast.stmt] = [
+        _stmt(f'raise ValueError(f"Unsupported loss_type: {{loss_type}}. Supported types are: {names}")')
+    ]
+    for loss_type, chunk in reversed(chunks):
+        test = ast.Compare(
+            left=ast.Name(id="loss_type", ctx=ast.Load()), ops=[ast.Eq()], comparators=[ast.Constant(loss_type)]
+        )
+        branch = [ast.If(test=test, body=chunk.body[prologue:], orelse=branch)]
+    first.body = first.body[:prologue] + branch
+    first.args.args.append(ast.arg(arg="loss_type"))
+    first.args.defaults.append(ast.Constant(value=chunks[0][0]))
+    return first
 
 
 def _worst(probe: Probe) -> str:
@@ -207,7 +301,9 @@ def _stmt(text: str) -> ast.stmt:
     return ast.parse(text).body[0]
 
 
-def chunk_function(ref: Reference, fn: ast.FunctionDef) -> tuple[ast.FunctionDef, list[str]]:
+def chunk_function(
+    ref: Reference, fn: ast.FunctionDef, hypers: list | None = None
+) -> tuple[ast.FunctionDef, list[str]]:
     """The normal form -> `preference_loss_fn` in the signature the base calls it with."""
     fn = copy.deepcopy(fn)
     returns = _Returns()
@@ -242,7 +338,7 @@ def chunk_function(ref: Reference, fn: ast.FunctionDef) -> tuple[ast.FunctionDef
             ]
         prologue.append(_stmt(f"{N_NAME} = full_target.shape[0]"))
     params += ref.extra_tensors
-    hypers = list(ref.hypers)
+    hypers = list(ref.hypers if hypers is None else hypers)
     if not any(h.name == "beta" for h in hypers):  # the bases always hand the per-chunk loss a beta
         hypers.insert(0, reference_mod.Hyper("beta", 0.1))
     all_params = params + [h.name for h in hypers]

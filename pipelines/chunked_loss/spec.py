@@ -78,7 +78,9 @@ def _trl(text: str, name: str | None) -> Spec:
     if "," in loss_type:  # trl:dpo:sigmoid,hinge,ipo: one class switching on loss_type, as Liger's DPO does
         types = tuple(t.strip() for t in loss_type.split(","))
         variants = tuple((t, t) for t in types)
-        return Spec(SpecKind.TRL, text, validate_name(name or trainer), types[0], trainer, variants)
+        return Spec(
+            SpecKind.TRL, text, validate_name(name or trainer), qualname=types[0], trainer=trainer, variants=variants
+        )
     default = f"{loss_type}" if trainer == "dpo" else f"{trainer}_{loss_type}"
     return Spec(SpecKind.TRL, text, validate_name(name or default), qualname=loss_type, trainer=trainer)
 

@@ -139,3 +139,23 @@ def test_plain_functions_are_classified_and_a_batch_mean_inside_the_loss_refused
     assert slic.spec.name == "slic" and slic.reference.hyper_names == ["beta", "delta"] and not slic.reference.uses_ref
     chunk = ast.parse(slic.chunk_source).body[0]
     assert [a.arg for a in chunk.args.args] == ["chosen_logps", "rejected_logps", "full_target", "beta", "delta"]
+
+
+def test_a_family_is_one_switch_over_loss_types_each_proven_on_its_own(liger_template):
+    from pipelines.chunked_loss import act
+
+    text = "test/chunked_loss/test_dpo_loss.py:sigmoid=HFDPOLoss,robust=HFRobustLoss,discopop=HFDiscoPOPLoss"
+    u = _understand(text, liger_template, name="dpo_family")
+    assert [t for t, _ in u.variants] == ["sigmoid", "robust", "discopop"]
+    assert u.reference.hyper_names == ["beta", "label_smoothing", "discopop_tau"]
+    assert "if loss_type == 'sigmoid':" in u.chunk_source and "Unsupported loss_type" in u.chunk_source
+    assert u.probe.passed and any(key.startswith("discopop: ") for key in u.probe.max_abs_diff)
+    context = act.context(u)
+    # the switch sits where Liger's DPO has it: right after chunk_size
+    forward = [p.split("=")[0] for p in context["forward_signature"]]
+    assert forward[forward.index("chunk_size") + 1] == "loss_type"
+    assert context["variant_hypers"]["robust"] == {"beta": 0.1, "label_smoothing": 0.1}  # HFRobustLoss's own
+    for path, text in act.render_files(u).items():
+        ast.parse(text, filename=path)
+    with pytest.raises(PipelineError, match="differs from 'sigmoid' in average_log_prob"):
+        _understand("trl:dpo:sigmoid,ipo", liger_template, name="mixed")

@@ -236,6 +236,7 @@ DOCS = {
     "use_ref_model": "use_ref_model (bool): Whether to use a reference model",
     "average_log_prob": "average_log_prob (bool): Whether to average the log probability per non-masked token",
     "chunk_size": "chunk_size (int): Size of chunks for processing",
+    "loss_type": "loss_type (str): Which of the loss types to compute (one branch of preference_loss_fn each)",
     "nll_target": "nll_target (torch.LongTensor, optional): Target tensor for the NLL loss. Shape: (batch_size, seq_len)",
     "chosen_logps": "chosen_logps (torch.Tensor): Log probabilities of chosen tokens. Shape: (chunk_size,)",
     "rejected_logps": "rejected_logps (torch.Tensor): Log probabilities of rejected tokens. Shape: (chunk_size,)",

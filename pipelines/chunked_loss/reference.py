@@ -322,6 +322,8 @@ def from_class(
     _refuse_unknown(settings, specialised, node.name)
     fn = _normalised(loss, rename=LOGP_NAMES, attributes=values, specialised=specialised, drop_self=True)
     _refuse_folded_raise(fn, specialised, where)
+    average, average_evidence = _average_log_prob(tree, node.name, path, specialised)
+    evidence += average_evidence
     _add_keywords(fn, hypers)
     read = {n.id for n in ast.walk(fn) if isinstance(n, ast.Name) and isinstance(n.ctx, ast.Load)}
     hypers = [h for h in hypers if h.name in read]  # a folded-away branch's hyper-parameters are not the loss's
@@ -335,13 +337,55 @@ def from_class(
         uses_ref=bool(set(names) & REF_NAMES),
         extra_tensors=extra,
         hypers=_beta_first(hypers),
-        # get_batch_loss_metrics averages by default; Liger's tests pass average_log_prob=True to both sides
-        average_log_prob=_setting_bool(settings, "average_log_prob", True),
+        average_log_prob=_setting_bool(settings, "average_log_prob", average),
         compute_nll_loss=_setting_bool(settings, "compute_nll_loss", bool(values.get("compute_nll_loss", True))),
         specialised=specialised,
         evidence=evidence,
         origin=f"{path}:{node.name}",
     )
+
+
+def _average_log_prob(tree: ast.Module, cls: str, path: str, specialised: dict[str, str]) -> tuple[bool, list]:
+    """Whether the loss sees per-token means or sums of the log-probs, as the file's unfused head that uses the
+    class asks for it (`average_log_prob=True` in Liger's TorchLMHeadDPO; `loss_type == "simpo"` in its
+    TorchLMHeadCPO); HFAlignmentLoss.get_batch_loss_metrics's own default (True) where no head says."""
+    for head in tree.body:
+        if not isinstance(head, ast.ClassDef) or head.name == cls:
+            continue
+        if not any(isinstance(n, ast.Name) and n.id == cls for n in ast.walk(head)):
+            continue
+        for node in ast.walk(head):
+            value = None
+            if isinstance(node, ast.keyword) and node.arg == "average_log_prob":
+                value = node.value
+            elif isinstance(node, ast.Assign) and ast.unparse(node.targets[0]) == "self.average_log_prob":
+                value = node.value
+            if value is None or (isinstance(value, ast.Attribute) and value.attr == "average_log_prob"):
+                continue
+            decided = _evaluate(value, specialised)
+            if decided is not None:
+                ev = Evidence(
+                    f"average_log_prob={decided} (the file's unfused head)", path, _lines(value), ast.unparse(value)
+                )
+                return decided, [ev]
+    return True, []
+
+
+def _evaluate(node: ast.AST, specialised: dict[str, str]) -> bool | None:
+    """A literal, or `name == "text"` / `name in (...)` over the fixed string hyper-parameters (loss_type)."""
+    literal = _literal(node)
+    if isinstance(literal, bool):
+        return literal
+    if isinstance(node, ast.Compare) and len(node.ops) == 1 and isinstance(node.left, ast.Name):
+        value = specialised.get(node.left.id)
+        right = _literal(node.comparators[0])
+        if value is None or right is _NOT_LITERAL:
+            return None
+        if isinstance(node.ops[0], ast.Eq):
+            return value == right
+        if isinstance(node.ops[0], ast.In):
+            return value in right
+    return None
 
 
 def _refuse_folded_raise(fn: ast.FunctionDef, specialised: dict[str, str], where: str) -> None:

@@ -67,6 +67,9 @@ def test_a_folded_string_hyper_parameter_keeps_only_its_branch(liger_template):
     sigmoid = _understand("test/chunked_loss/test_cpo_loss.py:HFCPOLoss", liger_template)
     simpo = _understand("test/chunked_loss/test_cpo_loss.py:HFCPOLoss", liger_template, {"loss_type": "simpo"})
     assert "simpo_gamma" not in sigmoid.chunk_source and "simpo_gamma / beta" in simpo.chunk_source
+    # the file's unfused head averages the log-probs for simpo only (`self.average_log_prob = loss_type == "simpo"`)
+    assert sigmoid.reference.average_log_prob is False and simpo.reference.average_log_prob is True
+    assert any("the file's unfused head" in e.what for e in simpo.reference.evidence)
     with pytest.raises(PipelineError, match="the reference raises"):  # its own else-branch, with its message
         _understand("test/chunked_loss/test_cpo_loss.py:HFCPOLoss", liger_template, {"loss_type": "nope"})
     with pytest.raises(PipelineError, match="not a setting"):

@@ -346,9 +346,11 @@ def from_class(
 
 
 def _average_log_prob(tree: ast.Module, cls: str, path: str, specialised: dict[str, str]) -> tuple[bool, list]:
-    """Whether the loss sees per-token means or sums of the log-probs, as the file's unfused head that uses the
-    class asks for it (`average_log_prob=True` in Liger's TorchLMHeadDPO; `loss_type == "simpo"` in its
-    TorchLMHeadCPO); HFAlignmentLoss.get_batch_loss_metrics's own default (True) where no head says."""
+    """The module's default for per-token means (True) or sums (False) of the log-probs, from the file's unfused
+    head that uses the class: a rule over the loss's own string hyper-parameter is the default
+    (`self.average_log_prob = loss_type == "simpo"` in Liger's TorchLMHeadCPO); a literal the head passes to both
+    sides (`average_log_prob=True` in TorchLMHeadDPO) leaves TRL's sum as the default; a head that passes nothing
+    relies on HFAlignmentLoss.get_batch_loss_metrics's default (True)."""
     for head in tree.body:
         if not isinstance(head, ast.ClassDef) or head.name == cls:
             continue
@@ -362,13 +364,17 @@ def _average_log_prob(tree: ast.Module, cls: str, path: str, specialised: dict[s
                 value = node.value
             if value is None or (isinstance(value, ast.Attribute) and value.attr == "average_log_prob"):
                 continue
+            if isinstance(_literal(value), bool):
+                # a head that tells both sides explicitly says nothing of the default: TRL's, a sum (Liger's DPO, KTO)
+                what = "average_log_prob=False by default (the file's unfused head passes it to both sides explicitly)"
+                return False, [Evidence(what, path, _lines(value), f"average_log_prob={ast.unparse(value)}")]
             decided = _evaluate(value, specialised)
             if decided is not None:
                 ev = Evidence(
                     f"average_log_prob={decided} (the file's unfused head)", path, _lines(value), ast.unparse(value)
                 )
                 return decided, [ev]
-    return True, []
+    return True, []  # the head relies on get_batch_loss_metrics's default (Liger's ORPO: the base's True)
 
 
 def _evaluate(node: ast.AST, specialised: dict[str, str]) -> bool | None:

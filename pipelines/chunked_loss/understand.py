@@ -27,6 +27,7 @@ from pipelines.chunked_loss import reference as reference_mod
 from pipelines.chunked_loss.reference import PAIRED
 from pipelines.chunked_loss.reference import Reference
 from pipelines.chunked_loss.spec import Spec
+from pipelines.chunked_loss.spec import SpecKind
 from pipelines.outcome import PipelineError
 
 PROBE_PAIRS = 7
@@ -140,7 +141,12 @@ def understand_family(spec: Spec, repo, settings: dict[str, str]) -> Understandi
     refs = [_variant(replace(spec, qualname=qual, variants=()), repo, settings)[0] for _, qual in spec.variants]
     first = refs[0]
     for (loss_type, _), ref in zip(spec.variants, refs, strict=True):
-        differs = [f for f in FAMILY_SHARED if getattr(ref, f) != getattr(first, f)]
+        # a TRL loss type's averaging is its definition (IPO's length normalisation); a reference class's is only
+        # its module's default, and the family's is the first loss type's
+        shared = (
+            FAMILY_SHARED if spec.kind == SpecKind.TRL else tuple(f for f in FAMILY_SHARED if f != "average_log_prob")
+        )
+        differs = [f for f in shared if getattr(ref, f) != getattr(first, f)]
         if differs:
             raise PipelineError(
                 f"{spec.text}: loss type {loss_type!r} differs from {spec.variants[0][0]!r} in {', '.join(differs)}",

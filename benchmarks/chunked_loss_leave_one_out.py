@@ -39,7 +39,13 @@ CASES = {
     ),
     "orpo": ("test/chunked_loss/test_orpo_loss.py:HFORPOLoss", (), "ORPO", ""),
     "cpo": ("test/chunked_loss/test_cpo_loss.py:HFCPOLoss", (), "CPO", "not simpo"),
-    "simpo": ("test/chunked_loss/test_cpo_loss.py:HFCPOLoss", ("loss_type=simpo",), "SimPO", ""),
+    # TRL (and HFCPOLoss) call SimPO's margin simpo_gamma; Liger's SimPO module calls it gamma
+    "simpo": (
+        "test/chunked_loss/test_cpo_loss.py:HFCPOLoss",
+        ("loss_type=simpo", "rename.simpo_gamma=gamma"),
+        "SimPO",
+        "",
+    ),
     "kto": ("test/chunked_loss/test_kto_loss.py:HFKTOLoss", (), "KTO", ""),
 }
 

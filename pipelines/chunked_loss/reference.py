@@ -21,6 +21,7 @@ import difflib
 import importlib.util
 from dataclasses import dataclass
 from dataclasses import field
+from dataclasses import replace
 from pathlib import Path
 
 from pipelines.chunked_loss.spec import Spec
@@ -117,7 +118,44 @@ def _literal(node: ast.AST | None):
 _NOT_LITERAL = object()
 
 
+RENAME = "rename."  # --set rename.simpo_gamma=gamma: the generated API's name for a hyper-parameter
+
+
 def build(spec: Spec, repo: Path, settings: dict[str, str]) -> Reference:
+    renames = {k.removeprefix(RENAME): v for k, v in settings.items() if k.startswith(RENAME)}
+    settings = {k: v for k, v in settings.items() if not k.startswith(RENAME)}
+    return renamed(_build(spec, repo, settings), renames)
+
+
+def renamed(ref: Reference, renames: dict[str, str]) -> Reference:
+    """The hyper-parameters under the names the generated class should use (Liger's SimPO calls TRL's
+    `simpo_gamma` `gamma`); the loss's code is renamed with them."""
+    if not renames:
+        return ref
+    known = set(ref.hyper_names)
+    for old, new in renames.items():
+        if old not in known:
+            raise PipelineError(
+                f"--set rename.{old}={new}: {old} is not a hyper-parameter of the loss",
+                hint=f"it has: {', '.join(sorted(known))}",
+            )
+        if not new.isidentifier() or new in known:
+            raise PipelineError(f"--set rename.{old}={new}: {new!r} is not a free Python name here")
+    fn = ast.parse(ref.source).body[0]
+    for node in ast.walk(fn):
+        if isinstance(node, ast.Name) and node.id in renames:
+            node.id = renames[node.id]
+        elif isinstance(node, ast.arg) and node.arg in renames:
+            node.arg = renames[node.arg]
+    hypers = [Hyper(renames.get(h.name, h.name), h.default, h.evidence) for h in ref.hypers]
+    note = [
+        Evidence(f"hyper-parameter {o} named {n} (--set rename.{o}={n})", ref.origin, (0, 0))
+        for o, n in renames.items()
+    ]
+    return replace(ref, source=ast.unparse(fn), hypers=hypers, evidence=ref.evidence + note)
+
+
+def _build(spec: Spec, repo: Path, settings: dict[str, str]) -> Reference:
     if spec.kind == SpecKind.TRL:
         return from_trl(spec, settings)
     text = spec.path.read_text()

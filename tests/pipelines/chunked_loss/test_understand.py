@@ -72,6 +72,12 @@ def test_a_folded_string_hyper_parameter_keeps_only_its_branch(liger_template):
     assert any("the file's unfused head" in e.what for e in simpo.reference.evidence)
     with pytest.raises(PipelineError, match="the reference raises"):  # its own else-branch, with its message
         _understand("test/chunked_loss/test_cpo_loss.py:HFCPOLoss", liger_template, {"loss_type": "nope"})
+    named = _understand(
+        "test/chunked_loss/test_cpo_loss.py:HFCPOLoss",
+        liger_template,
+        {"loss_type": "simpo", "rename.simpo_gamma": "gamma"},
+    )
+    assert named.reference.hyper_names[-1] == "gamma" and "gamma / beta" in named.chunk_source  # Liger SimPO's name
     with pytest.raises(PipelineError, match="not a setting"):
         _understand("test/chunked_loss/test_cpo_loss.py:HFCPOLoss", liger_template, {"gamma": "0.2"})
 

@@ -29,7 +29,8 @@ def register(subparsers) -> None:
         default=[],
         metavar="FIELD=VALUE",
         help="fix a string hyper-parameter of the reference (loss_type=simpo), average_log_prob=true|false, "
-        "compute_nll_loss=true|false, or pairing=unpaired for a plain function of chosen/rejected groups",
+        "compute_nll_loss=true|false, pairing=unpaired for a plain function of chosen/rejected groups, or "
+        "rename.HYPER=NAME for the generated API's name of a hyper-parameter (rename.simpo_gamma=gamma)",
     )
     parser.add_argument(
         "--out",

@@ -188,6 +188,9 @@ def context(u: Understanding) -> dict:
         "extra_tensors": extras,
         "hypers": hypers,
         "average_log_prob": average,
+        "test_average_log_prob": repr(
+            ref.average_log_prob if ref.harness_average_log_prob is None else ref.harness_average_log_prob
+        ),
         "compute_nll_loss": nll,
         "base_module": "fused_linear_preference" if paired else "fused_linear_unpaired_preference",
         "base_class": "LigerFusedLinearPreferenceBase" if paired else "LigerFusedLinearUnpairedPreferenceBase",

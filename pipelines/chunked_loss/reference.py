@@ -91,6 +91,9 @@ class Reference:
     specialised: dict[str, str] = field(default_factory=dict)  # string hyper-parameters fixed at generation
     evidence: list[Evidence] = field(default_factory=list)
     origin: str = ""  # where the loss came from, for docstrings and the PR
+    # what the reference's own test harness passes both sides (Liger's TorchLMHeadDPO: True); the generated test's
+    # heads use it, the module keeps average_log_prob as its default
+    harness_average_log_prob: bool | None = None
 
     @property
     def hyper_names(self) -> list[str]:
@@ -360,7 +363,7 @@ def from_class(
     _refuse_unknown(settings, specialised, node.name)
     fn = _normalised(loss, rename=LOGP_NAMES, attributes=values, specialised=specialised, drop_self=True)
     _refuse_folded_raise(fn, specialised, where)
-    average, average_evidence = _average_log_prob(tree, node.name, path, specialised)
+    average, average_evidence, harness = _average_log_prob(tree, node.name, path, specialised)
     evidence += average_evidence
     _add_keywords(fn, hypers)
     read = {n.id for n in ast.walk(fn) if isinstance(n, ast.Name) and isinstance(n.ctx, ast.Load)}
@@ -376,6 +379,7 @@ def from_class(
         extra_tensors=extra,
         hypers=_beta_first(hypers),
         average_log_prob=_setting_bool(settings, "average_log_prob", average),
+        harness_average_log_prob=harness,
         compute_nll_loss=_setting_bool(settings, "compute_nll_loss", bool(values.get("compute_nll_loss", True))),
         specialised=specialised,
         evidence=evidence,
@@ -383,7 +387,9 @@ def from_class(
     )
 
 
-def _average_log_prob(tree: ast.Module, cls: str, path: str, specialised: dict[str, str]) -> tuple[bool, list]:
+def _average_log_prob(
+    tree: ast.Module, cls: str, path: str, specialised: dict[str, str]
+) -> tuple[bool, list, bool | None]:
     """The module's default for per-token means (True) or sums (False) of the log-probs, from the file's unfused
     head that uses the class: a rule over the loss's own string hyper-parameter is the default
     (`self.average_log_prob = loss_type == "simpo"` in Liger's TorchLMHeadCPO); a literal the head passes to both
@@ -405,14 +411,15 @@ def _average_log_prob(tree: ast.Module, cls: str, path: str, specialised: dict[s
             if isinstance(_literal(value), bool):
                 # a head that tells both sides explicitly says nothing of the default: TRL's, a sum (Liger's DPO, KTO)
                 what = "average_log_prob=False by default (the file's unfused head passes it to both sides explicitly)"
-                return False, [Evidence(what, path, _lines(value), f"average_log_prob={ast.unparse(value)}")]
+                evidence = Evidence(what, path, _lines(value), f"average_log_prob={ast.unparse(value)}")
+                return False, [evidence], _literal(value)
             decided = _evaluate(value, specialised)
             if decided is not None:
                 ev = Evidence(
                     f"average_log_prob={decided} (the file's unfused head)", path, _lines(value), ast.unparse(value)
                 )
-                return decided, [ev]
-    return True, []  # the head relies on get_batch_loss_metrics's default (Liger's ORPO: the base's True)
+                return decided, [ev], None
+    return True, [], None  # the head relies on get_batch_loss_metrics's default (Liger's ORPO: the base's True)
 
 
 def _evaluate(node: ast.AST, specialised: dict[str, str]) -> bool | None:

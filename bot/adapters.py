@@ -328,6 +328,94 @@ def verify_kernel_branch(request: Request, progress: Progress) -> list[GateResul
     return verify.verify(request.checkout, name, paths, out_dir)
 
 
+# --- chunked-loss -------------------------------------------------------------------------------------------
+
+CHUNKED_LOSS_FIELDS = (
+    "loss_name",
+    "kind",
+    "base_class",
+    "module_class_name",
+    "functional_name",
+    "source",
+    "average_log_prob",
+    "compute_nll_loss",
+    "use_ref_model",
+    "normalisation",
+    "decomposition",
+    "specialised",
+)
+
+
+def chunked_loss_settings(_target: str | None, settings: list[str]) -> None:
+    from pipelines.chunked_loss.pipeline import parse_settings
+
+    parse_settings(settings)
+
+
+def chunked_loss_profile_table(profile: dict) -> str:
+    rows = ["| field | value |", "|---|---|"]
+    rows += [f"| {key} | `{_cell(profile[key])}` |" for key in CHUNKED_LOSS_FIELDS if key in profile]
+    return "\n".join(rows)
+
+
+def _loss_spec(request: Request) -> str:
+    if not request.target.startswith("trl:"):
+        file_in_checkout(request.checkout, request.target)  # never a file outside the repository
+    return request.target
+
+
+def chunked_loss_understand(request: Request) -> Understood:
+    from pipelines.chunked_loss import pipeline
+
+    _, understanding, profile = pipeline.understand(
+        _loss_spec(request), request.checkout.root, request.options.get("name"), request.settings
+    )
+    return Understood(profile.to_json(), pipeline.branch_name(understanding.spec.name))
+
+
+def chunked_loss_act_verify(request: Request, progress: Progress) -> Outcome:
+    from pipelines.chunked_loss import pipeline
+
+    run = pipeline.run(
+        _loss_spec(request),
+        request.checkout.root,
+        request.options.get("name"),
+        request.out_dir,
+        progress=progress,
+        settings=request.settings,
+    )
+    return Outcome(
+        branch=run.branch,
+        gates=list(run.gates),
+        files=list(run.files),
+        pr_title=f"Add {run.profile.module_class_name}: a chunked loss generated from {request.target}",
+        pr_body=run.pr_body,
+        ok=not run.failed,
+        profile=run.profile.to_json(),
+        verify_target=run.profile.loss_name,
+    )
+
+
+def verify_chunked_loss_branch(request: Request, progress: Progress) -> list[GateResult]:
+    """The loss's gates on the bot's branch; `target` is the loss's name (the branch's suffix)."""
+    from pipelines.chunked_loss import verify
+    from pipelines.chunked_loss.act import CHUNKED_INIT
+    from pipelines.chunked_loss.act import FUNCTIONAL
+    from pipelines.chunked_loss.act import LossFiles
+    from pipelines.kernel.spec import validate_name
+
+    name = validate_name(request.target)
+    own = LossFiles.of(name).all
+    if not any(request.checkout.path(p).exists() for p in own):
+        raise PipelineError(
+            f"this checkout holds no chunked loss named {name!r}", hint="check out the bot's branch first"
+        )
+    paths = [str(p) for p in (*own, CHUNKED_INIT, FUNCTIONAL) if request.checkout.path(p).exists()]
+    out_dir = request.out_dir or Path(tempfile.mkdtemp(prefix=f"liger-bot-verify-{name}-"))
+    progress(f"verify: chunked loss {name} ({len(paths)} files)")
+    return verify.verify(request.checkout, name, paths, out_dir)
+
+
 # --- fuse ---------------------------------------------------------------------------------------------------
 
 
@@ -441,6 +529,13 @@ def perf_act_verify(request: Request, progress: Progress) -> Outcome:
 # In process: what the stage's child runs (bot.isolation), and `liger-bot verify` on a runner holding no secrets.
 AUTOPATCH = autopatch_adapter()
 KERNEL = Adapter(no_settings, kernel_understand, kernel_act_verify, kernel_profile_table, verify_kernel_branch)
+CHUNKED_LOSS = Adapter(
+    chunked_loss_settings,
+    chunked_loss_understand,
+    chunked_loss_act_verify,
+    chunked_loss_profile_table,
+    verify_chunked_loss_branch,
+)
 FUSE = Adapter(no_settings, fuse_understand, fuse_act_verify, fuse_profile_table)
 PERF = Adapter(no_settings, perf_understand, perf_act_verify, perf_profile_table)
 
@@ -455,6 +550,7 @@ def in_child(adapter: Adapter, name: str) -> Adapter:
 PIPELINES: dict[str, Adapter] = {
     "autopatch": in_child(AUTOPATCH, "AUTOPATCH"),
     "kernel": in_child(KERNEL, "KERNEL"),
+    "chunked-loss": in_child(CHUNKED_LOSS, "CHUNKED_LOSS"),
     "fuse": in_child(FUSE, "FUSE"),
     "perf": in_child(PERF, "PERF"),
 }

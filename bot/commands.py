@@ -76,6 +76,18 @@ VERBS: dict[str, Verb] = {
             options=("name", "force"),
         ),
         Verb(
+            "chunked-loss",
+            "SPEC [--name NAME] [--set field=value ...]",
+            "turn a preference loss (`path/in/repo.py:Class_or_function`, or a TRL loss type such as `trl:dpo:ipo`) "
+            "into a chunked Liger loss that never holds the full logits, with its tests and benchmark; verify it and "
+            "open a draft PR",
+            Permission.WRITE,
+            pipeline="chunked-loss",
+            target="loss spec",
+            takes_settings=True,
+            options=("name",),
+        ),
+        Verb(
             "perf",
             "KERNEL [--pass PASS] [--target-speedup X]",
             "make an existing kernel of the target (`fused_add_rms_norm`, `rms_norm`, a generated one) faster on a GPU "
@@ -208,6 +220,20 @@ def validate_kernel_spec(text: str) -> str:
     return text
 
 
+def validate_loss_spec(text: str) -> str:
+    """`trl:<trainer>:<loss_type>` (snake_case words) or `path/in/repo.py[:name]`."""
+    if text.startswith("trl:"):
+        parts = text.split(":")
+        if len(parts) != 3 or not all(_SNAKE_RE.match(p) for p in parts[1:]):
+            raise CommandError(f"`{_shown(text)}` is not `trl:<trainer>:<loss_type>`, e.g. `trl:dpo:ipo`")
+        return text
+    if ":" in text or text.endswith(".py"):
+        return validate_path_spec(text)
+    raise CommandError(
+        f"`{_shown(text)}` is not a loss spec: `path/in/repo.py:Class_or_function` or `trl:<trainer>:<loss_type>`"
+    )
+
+
 def validate_model_file(text: str) -> str:
     return validate_path_spec(text, name_required=True)
 
@@ -240,6 +266,7 @@ TARGETS = {
     "kernel spec": validate_kernel_spec,
     "kernel name": validate_kernel_name,
     "model file": validate_model_file,
+    "loss spec": validate_loss_spec,
 }
 # options that take no value: present means "yes" (`--force`: write a kernel the target already has)
 FLAGS = {"force"}

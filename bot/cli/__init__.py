@@ -20,7 +20,7 @@ from pipelines.outcome import ExitStatus
 from pipelines.outcome import PipelineError
 
 DESCRIPTION = (
-    "Kernel engineering for Liger-Kernel: autopatch HF models, write Triton kernels, rewrite traced graphs, "
+    "Kernel engineering for Liger-Kernel: autopatch HF models, write Triton kernels and chunked losses, rewrite traced graphs, "
     "and the GitHub App that runs them. Exit statuses: 0 done, 1 unexpected failure, 2 usage, 3 refused, "
     "4 a verify gate failed, 130 interrupted. With --json, an error is a JSON object on stdout too."
 )
@@ -30,6 +30,7 @@ COMMAND_MODULES = (
     "bot.cli.autopatch",
     "bot.cli.debug",
     "bot.cli.kernel",
+    "bot.cli.chunked_loss",
     "bot.cli.perf",
     "bot.cli.demo",
     "bot.cli.fuse",

@@ -2,7 +2,7 @@
 on the checked-out branch, written as the `VerifyReport` JSON the App resumes its job from.
 
 The shipped GPU workflow (.github/workflows/liger-bot-verify.yml) runs it on the bot's branch; on a host with a
-GPU the GPU gates (autopatch's convergence tests, a kernel's GPU tests and benchmark) run, elsewhere they SKIP.
+GPU the GPU gates (autopatch's convergence tests, a kernel's or a chunked loss's GPU tests and benchmark) run, elsewhere they SKIP.
 The exit status says whether a hard gate failed; the report is written either way.
 """
 
@@ -54,7 +54,8 @@ def _target(pipeline: str, target: str) -> str:
     from bot.commands import validate_kernel_name
     from bot.commands import validate_target
 
-    check = validate_kernel_name if pipeline == "kernel" else validate_target
+    # a kernel's and a chunked loss's target is its snake_case name (the branch's suffix); autopatch's a model
+    check = validate_kernel_name if pipeline in ("kernel", "chunked-loss") else validate_target
     try:
         return check(target)
     except CommandError as exc:

@@ -38,6 +38,6 @@ def test_template_renders_and_parses(template):
 
 def test_every_template_folder_has_samples():
     folders = {name.split("/", 1)[0] for name in render.template_names()}
-    assert folders >= {"autopatch", "kernel", "fuse"}
+    assert folders >= {"autopatch", "kernel", "fuse", "chunked_loss"}
     for folder in folders:
         assert importlib.util.find_spec(f"tests.kernel_templates.samples.{folder}"), f"add samples/{folder}.py"

@@ -245,6 +245,11 @@ def test_the_logits_are_the_head_s_output_whatever_the_head_is_called(tmp_path, 
     assert (decision.status is Status.SETTLED) is settled, decision.reason
 
 
+def test_a_forward_that_calls_no_head_needs_review(tmp_path, monkeypatch):
+    decision = _logits_decision(tmp_path, monkeypatch, "logits = self.lm_head(outputs[0])", "output_projection")
+    assert decision.status is Status.NEEDS_REVIEW and "calls no self.output_projection" in decision.reason
+
+
 @pytest.fixture(scope="module")
 def biogpt():
     return understand("biogpt")

@@ -248,6 +248,8 @@ def test_a_logit_scale_between_lm_head_and_the_loss_is_settled_as_data_with_its_
         assert check.status is Status.SETTLED and check.value is None
 
 
-def test_a_forward_without_lm_head_needs_review():
-    check = understand("rwkv").checks["logits_transform"]
-    assert check.status is Status.NEEDS_REVIEW and "calls no self.lm_head" in check.reason
+def test_a_head_named_otherwise_is_the_one_get_output_embeddings_returns():
+    profile = understand("rwkv")  # RwkvForCausalLM.head; no attribute named lm_head at all
+    check = profile.checks["logits_transform"]
+    assert profile.identity.output_head_attr == "head"
+    assert check.status is Status.SETTLED and check.reason == "head's output reaches the loss unchanged"

@@ -1,7 +1,8 @@
 """ATen graph -> Triton statements: one table entry per ATen op, no per-kernel code.
 
-The traced graph (`understand.trace_joint`) computes `(y, dx, dparams...)` from `(x, params..., dy)` on a 2-D
-input of symbolic shape (R, C). Every value there has one of four shapes, and each becomes a value inside one
+The traced graph (`understand._trace`) computes `(outputs..., dinputs..., dparams...)` from
+`(inputs..., params..., dys...)`, every input and output of one 2-D symbolic shape (R, C) (`silu(a) * b`, or add +
+RMSNorm returning the sum too). Every value there has one of four shapes, and each becomes a value inside one
 Triton program that holds a row (or a flat block of elements):
 
     (R, C)        ROW     a vector over the program's columns
@@ -265,6 +266,7 @@ class Lowering:
     input_dtype: torch.dtype
     float_params: dict[float, str]  # sentinel value -> runtime parameter name
     placeholder_names: dict[str, str]  # graph placeholder -> kernel variable (x, w, b, dy)
+    dtype_ptr: str = "X_ptr"  # the pointer whose element type an explicit round to the input dtype uses
     refs: dict[str, str] = field(default_factory=dict)  # node -> how later statements refer to its value
     stmts: dict[str, str] = field(default_factory=dict)  # node -> expression it assigns (nodes that compute)
     kinds: dict[str, Kind] = field(default_factory=dict)
@@ -340,7 +342,7 @@ class Lowering:
             return self._set(node, f"({value} != 0)", "cast")
         if dtype in LOW_PRECISION and dtype == self.input_dtype:
             # an explicit round to the input dtype in the reference (llama casting mode, `.to(input_dtype)`)
-            return self._set(node, f"{value}.to(X_ptr.dtype.element_ty).to(tl.float32)", "round to input dtype")
+            return self._set(node, f"{value}{_round_suffix(self.dtype_ptr)}", "round to input dtype")
         raise Unsupported("_to_copy", f"cast to {dtype} is neither fp32 nor the input dtype")
 
     def _reduction(self, node: torch.fx.Node) -> None:
@@ -439,11 +441,15 @@ class Lowering:
                 body.ops.add(self.op_of[node.name])
         body.uses_n_cols = any("n_cols" in s.expr for s in body.stmts)
         body.totals = sources
+        stored = [self.refs[n.name] for n in early.values() if self.kinds[n.name] is not Kind.COLSUM]
         for out_name, node in early.items():
+            var = self.refs[node.name]
             if self.kinds[node.name] is Kind.COLSUM:
-                body.col_sums[out_name] = self.refs[node.name]
+                body.col_sums[out_name] = var
+            elif stored.count(var) > 1:  # one value stored twice (add + norm: dh == dresidual) keeps its statement
+                body.stores[out_name] = var
             else:
-                body.stores[out_name] = _without_final_round(body, self.refs[node.name])
+                body.stores[out_name] = _without_final_round(body, var, self.dtype_ptr)
         for out_name, node in late.items():
             body.scalar_stores[out_name] = self.refs[node.name]
         return body
@@ -467,10 +473,14 @@ class Lowering:
         return source
 
 
-def _without_final_round(body: Body, var: str) -> str:
+def _round_suffix(dtype_ptr: str) -> str:
+    return f".to({dtype_ptr}.dtype.element_ty).to(tl.float32)"
+
+
+def _without_final_round(body: Body, var: str, dtype_ptr: str) -> str:
     """A stored value is cast to the output dtype by the store itself: a rounding statement right before is moot."""
     stmt = next((s for s in body.stmts if s.var == var), None)
-    suffix = ".to(X_ptr.dtype.element_ty).to(tl.float32)"
+    suffix = _round_suffix(dtype_ptr)
     if stmt is None or not stmt.expr.endswith(suffix) or not stmt.expr[: -len(suffix)].isidentifier():
         return var
     if sum(var in s.expr for s in body.stmts) > 0:

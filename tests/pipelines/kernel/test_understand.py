@@ -137,11 +137,18 @@ def test_a_functions_further_tensor_arguments_are_inputs_never_guessed_weights(t
     """`silu(a) * b` is Liger's SwiGLU core, two inputs: no name of the second one makes it a learnable (hidden,)
     weight (before, `b` started at zero and was refused as "not differentiable"; `g` was generated as a weight)."""
     source = f"def silu_gate_mul(a, {gate}):\n    return torch.nn.functional.silu(a) * {gate}\n"
-    with pytest.raises(PipelineError) as error:
-        _understand_source(tmp_path, source, "silu_gate_mul")
-    assert f"silu_gate_mul(a, {gate}) takes 2 tensor inputs" in error.value.message
-    assert f"`{gate}: torch.nn.Parameter`" in error.value.hint
-    assert "differentiable" not in error.value.message
+    u = _understand_source(tmp_path, source, "silu_gate_mul")
+    assert u.tier == Tier.ELEMENTWISE and u.weights == []
+    assert [i.name for i in u.inputs] == ["a", gate] == u.reference.inputs
+    assert set(u.forward.loads) == {"a", gate} and list(u.forward.stores) == ["Y"]
+    assert set(u.backward.stores) == {"da", f"d{gate}"}  # each input's gradient, from dy and both saved inputs
+    assert set(u.backward.loads) == {"a", gate, "dy"}
+    assert u.backward.stores[f"d{gate}"] == next(s.var for s in u.backward.stmts if s.expr.startswith("(dy * "))
+
+
+def test_an_input_spelled_like_a_template_variable_is_renamed_in_the_kernel(tmp_path):
+    u = _understand_source(tmp_path, "def gate(x, mask):\n    return x * torch.sigmoid(mask)\n", "gate")
+    assert [(i.name, i.var, i.grad_arg) for i in u.inputs] == [("x", "x0", "dx0"), ("mask", "x1", "dx1")]
 
 
 def test_an_argument_the_code_declares_a_parameter_is_a_learnable_weight(tmp_path):

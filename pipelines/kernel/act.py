@@ -112,6 +112,9 @@ def context(u: Understanding) -> dict:
         "saved_unpack": ", ".join([*inputs, *weights]) if len(inputs) + len(weights) > 1 else f"({inputs[0]},)",
         "backward_results": ", ".join([*(i.grad_arg for i in u.inputs), *[f"d{w}" for w in weights]]),
         "module_inputs": u.reference.inputs,
+        "dropin": u.dropin,
+        "ctor_signature": u.dropin.signature() if u.dropin else _ctor_signature(ref),
+        "reference_class_source": ref.source_note,
         "forward_fn_arg": f", forward_{u.spec.name}" if len(u.inputs) + len(u.outputs) > 2 else "",
         "needs_hidden": ref.has_weights,
         "first_column": next((w.name for w in u.weights if not w.scalar), ""),
@@ -130,6 +133,11 @@ def context(u: Understanding) -> dict:
 def _grad_buffers(input_grads: list, outputs: list) -> dict[str, str]:
     """The k-th input gradient may be written into the k-th incoming gradient's buffer (same shape, one each)."""
     return {i.grad_arg: (outputs[k].grad_arg if k < len(outputs) else "") for k, i in enumerate(input_grads)}
+
+
+def _ctor_signature(ref) -> str:
+    floats = [f"{p.name}={p.default}" for p in ref.float_params]
+    return ", ".join((["hidden_size"] if ref.has_weights else []) + floats + ["in_place=True"])
 
 
 def _row_views(names: list[str], tensors: list[str]) -> str:

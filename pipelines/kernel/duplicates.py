@@ -41,7 +41,9 @@ if os.environ.get("TRITON_INTERPRET") == "1":
     interpreter._implicit_cvt = _float_as_tensor
 """
 
-_CHILD = _INTERPRETER_FLOATS + r"""
+_CHILD = (
+    _INTERPRETER_FLOATS
+    + r"""
 import json, sys
 import torch
 job = json.loads(sys.stdin.read())
@@ -132,6 +134,7 @@ if not job["has_weights"]:  # a functional takes its weights as arguments: only 
             matches.append(f"liger_kernel.transformers.functional.{name}")
 print("MATCHES " + json.dumps({"matches": matches, "checked": checked, "functions": functions, "unrunnable": unrunnable}))
 """
+)
 
 
 @dataclass(frozen=True)

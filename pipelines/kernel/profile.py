@@ -103,8 +103,7 @@ def build(u: Understanding) -> KernelProfile:
         precision_sensitive_ops=sensitive,
         backward_saved_tensors=[*(i.arg for i in u.inputs), *weights],
         backward_recompute=f"every forward intermediate is recomputed from {', '.join(i.arg for i in u.inputs)} in the "
-        "backward kernel"
-        + ("" if elementwise else " (row statistics: one more reduction over the row in registers)"),
+        "backward kernel" + ("" if elementwise else " (row statistics: one more reduction over the row in registers)"),
         gradient_formulas=grads,
         grid_dimensions="1D",
         grid_description="flat: one program per BLOCK_SIZE elements of the flattened tensor"

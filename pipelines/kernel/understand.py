@@ -19,7 +19,9 @@ from torch._decomp import core_aten_decompositions
 from torch._decomp import get_decompositions
 from torch.fx.experimental.proxy_tensor import make_fx
 
+from pipelines.kernel import dropin as dropin_mod
 from pipelines.kernel import reference as reference_mod
+from pipelines.kernel.dropin import DropIn
 from pipelines.kernel.lowering import Body
 from pipelines.kernel.lowering import Lowering
 from pipelines.kernel.lowering import Unsupported
@@ -144,6 +146,7 @@ class Understanding:
     graph_code: str = ""  # the joint ATen graph, for the profile
     inputs: list[Port] = field(default_factory=list)
     outputs: list[Port] = field(default_factory=list)
+    dropin: DropIn | None = None  # the target's own module for this op, whose signatures the generated one takes
 
 
 def understand(spec: Spec, repo) -> Understanding:
@@ -178,8 +181,9 @@ def understand(spec: Spec, repo) -> Understanding:
     columns = any(not w.scalar for w in weights)
     reduces = forward.row_reductions or backward.row_reductions
     tier = Tier.ELEMENTWISE if not columns and not reduces else Tier.ROWWISE
+    dropin = dropin_mod.find(spec, ref)
     return Understanding(
-        spec, ref, tier, forward, backward, weights, runtime, output_dtypes, "", graph_code, inputs, outputs
+        spec, ref, tier, forward, backward, weights, runtime, output_dtypes, "", graph_code, inputs, outputs, dropin
     )
 
 

@@ -156,3 +156,16 @@ def test_an_argument_the_code_declares_a_parameter_is_a_learnable_weight(tmp_pat
     u = _understand_source(tmp_path, source, "silu_gate_mul")
     assert [(w.name, w.learnable) for w in u.weights] == [("g", True)]
     assert "dg" in u.backward.col_sums
+
+
+def test_add_rms_norm_has_two_inputs_two_outputs_and_one_gradient_for_both(liger_checkout):
+    text = "test/transformers/test_fused_add_rms_norm.py:LlamaAddRMSNorm"
+    u = understand.understand(spec.resolve(text, liger_checkout.root), liger_checkout.root)
+    assert u.tier == Tier.ROWWISE
+    assert [i.name for i in u.inputs] == ["hidden_states", "residual"] and [o.arg for o in u.outputs] == ["Y0", "Y1"]
+    assert u.forward.stores["Y1"] == next(s.var for s in u.forward.stmts if s.expr == "(hidden_states + residual)")
+    # the sum feeds both inputs: one value, stored as each one's gradient
+    assert u.backward.stores["dhidden_states"] == u.backward.stores["dresidual"]
+    assert {"dy0", "dy1"} <= set(u.backward.loads) and "dweight" in u.backward.col_sums
+    assert u.dropin.liger_class == "liger_kernel.transformers.fused_add_rms_norm.LigerFusedAddRMSNorm"
+    assert dict(u.dropin.fixed) == {"offset": "0.0", "casting_mode": "'llama'", "init_fn": "'ones'"}

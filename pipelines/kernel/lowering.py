@@ -353,7 +353,9 @@ class Lowering:
         dims = sorted(d % ndim for d in dims) if dims else list(range(ndim))
         src_kind = self.kinds[source.name]
         if src_kind is Kind.COLSUM:
-            raise Unsupported(label, "a reduction of a parameter gradient")
+            raise Unsupported(
+                label, "a reduction of a sum over the rows (dimension 0): only the last dimension is row-wise"
+            )
         if ndim == 2 and dims == [1] and src_kind in (Kind.ROW, Kind.COL):
             # keep_dims: a (rows, 1) column in a forward program that holds several rows, a (1,) block in a one-row loop
             value = f"{fn}(tl.where(mask, {self._arg(source)}, {neutral}), axis=-1, keep_dims=True)"
@@ -389,7 +391,11 @@ class Lowering:
     def _arg(self, value) -> str | None:
         if isinstance(value, torch.fx.Node):
             if self.kinds.get(value.name) is Kind.COLSUM:
-                raise Unsupported("use", "a parameter gradient is used inside another computation")
+                # a sum over rows is a parameter's gradient only as an output; inside the op it is a cross-row reduction
+                raise Unsupported(
+                    "sum",
+                    "a sum over the rows (dimension 0) is used inside the computation: only the last dimension is row-wise",
+                )
             return self.refs[value.name]
         if value is None:
             return None

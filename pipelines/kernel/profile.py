@@ -82,7 +82,8 @@ def build(u: Understanding) -> KernelProfile:
     ops = sorted(set().union(*(b.ops for b in (u.forward, u.backward) if b)))
     sensitive = sorted({op for op in ops if op.split()[-1] in PRECISION_SENSITIVE})
     learnable = [w.name for w in u.weights if w.learnable]
-    grads = {i.grad_arg: _formula(u.backward, i.grad_arg) for i in u.inputs if i.grad_arg in u.backward.stores}
+    stored = u.backward.stores if u.backward else {}  # a tier-3 op has no backward body
+    grads = {i.grad_arg: _formula(u.backward, i.grad_arg) for i in u.inputs if i.grad_arg in stored}
     grads |= {f"d{w}": _formula(u.backward, f"d{w}") for w in learnable}
     floats = [{"name": p.name, "type": "float", "default": p.default} for p in u.reference.float_params]
     return KernelProfile(

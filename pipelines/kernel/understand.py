@@ -193,8 +193,9 @@ def _refusal(exc: Unsupported) -> str:
 
 def _refusal_text(reason: str) -> str:
     return (
-        f"tier 3: {reason}. The default engine writes element-wise kernels "
-        "and row-wise reductions over the last dimension (with optional weight/bias of shape (hidden,)). "
+        f"tier 3: {reason}. The default engine writes element-wise kernels and row-wise reductions over the last "
+        "dimension, of one or more tensor inputs and outputs of one shape, with optional parameters and buffers of "
+        "shape (hidden,) or of one element. "
         "This op would need a hand-designed tiling (multi-pass or cross-row reduction, matmul, indexing): "
         "write it with the liger-kernel-dev skill's tier-3 template (cross_entropy.py is the closest pattern)."
     )

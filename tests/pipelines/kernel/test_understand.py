@@ -169,3 +169,10 @@ def test_add_rms_norm_has_two_inputs_two_outputs_and_one_gradient_for_both(liger
     assert {"dy0", "dy1"} <= set(u.backward.loads) and "dweight" in u.backward.col_sums
     assert u.dropin.liger_class == "liger_kernel.transformers.fused_add_rms_norm.LigerFusedAddRMSNorm"
     assert dict(u.dropin.fixed) == {"offset": "0.0", "casting_mode": "'llama'", "init_fn": "'ones'"}
+
+
+def test_a_cross_row_sum_of_an_input_is_tier_3_and_not_called_a_parameter_gradient(tmp_path):
+    u = _understand_source(tmp_path, "def f(a, b):\n    return torch.sigmoid(a) * b.sum(0, keepdim=True)\n", "f")
+    assert u.tier == Tier.COMPLEX
+    assert "a sum over the rows (dimension 0) is used inside the computation" in u.refusal
+    assert "parameter gradient" not in u.refusal and "differentiable" not in u.refusal

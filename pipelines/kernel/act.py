@@ -70,6 +70,7 @@ def context(u: Understanding) -> dict:
     ref = u.reference
     input_grads = [i for i in u.inputs if i.grad_arg in u.backward.stores]
     inputs = [i.arg for i in u.inputs]
+    fixed = u.dropin.functional.fixed if u.dropin and u.dropin.functional else []
     return {
         "name": u.spec.name,
         "pascal": pascal(u.spec.name),
@@ -113,6 +114,8 @@ def context(u: Understanding) -> dict:
         "backward_results": ", ".join([*(i.grad_arg for i in u.inputs), *[f"d{w}" for w in weights]]),
         "module_inputs": u.reference.inputs,
         "dropin": u.dropin,
+        "function_fixed": fixed,
+        "function_fixed_text": ", ".join(f"{n}={d}" for n, d in fixed).replace('"', "'"),
         "ctor_signature": u.dropin.signature() if u.dropin else _ctor_signature(ref),
         "reference_class_source": ref.source_note,
         "forward_fn_arg": f", forward_{u.spec.name}" if len(u.inputs) + len(u.outputs) > 2 else "",

@@ -181,7 +181,7 @@ def understand(spec: Spec, repo) -> Understanding:
     columns = any(not w.scalar for w in weights)
     reduces = forward.row_reductions or backward.row_reductions
     tier = Tier.ELEMENTWISE if not columns and not reduces else Tier.ROWWISE
-    dropin = dropin_mod.find(spec, ref)
+    dropin = dropin_mod.find(spec, ref, len(weights), runtime)
     return Understanding(
         spec, ref, tier, forward, backward, weights, runtime, output_dtypes, "", graph_code, inputs, outputs, dropin
     )

@@ -232,4 +232,6 @@ def test_fused_add_rms_norm_from_ligers_own_reference_end_to_end(liger_checkout)
     ops = liger_checkout.path("src/liger_kernel/ops/llama_add_rms_norm.py").read_text()
     assert "return Y0.view(*shape), Y1.view(*shape)" in ops and "dweight_acc +=" in ops
     functional = liger_checkout.path("src/liger_kernel/transformers/functional.py").read_text()
-    assert "def liger_llama_add_rms_norm(hidden_states, residual, weight, eps=1e-06, in_place=True):" in functional
+    # liger_fused_add_rms_norm's arguments: Liger's own test of the op runs against this kernel by swapping imports
+    assert 'def liger_llama_add_rms_norm(X, R, W, eps, offset=0.0, casting_mode="llama", in_place=True):' in functional
+    assert 'if [offset, casting_mode] != [0.0, "llama"]:' in ops

@@ -169,6 +169,8 @@ def test_add_rms_norm_has_two_inputs_two_outputs_and_one_gradient_for_both(liger
     assert {"dy0", "dy1"} <= set(u.backward.loads) and "dweight" in u.backward.col_sums
     assert u.dropin.liger_class == "liger_kernel.transformers.fused_add_rms_norm.LigerFusedAddRMSNorm"
     assert dict(u.dropin.fixed) == {"offset": "0.0", "casting_mode": "'llama'", "init_fn": "'ones'"}
+    assert u.dropin.functional.name == "liger_fused_add_rms_norm"
+    assert u.dropin.functional.call() == "X, R, W, eps, offset, casting_mode, in_place"
 
 
 def test_a_cross_row_sum_of_an_input_is_tier_3_and_not_called_a_parameter_gradient(tmp_path):

@@ -64,7 +64,8 @@ def check_no_clash(checkout: Checkout, name: str) -> None:
 def context(u: Understanding) -> dict:
     weights = [w.name for w in u.weights]
     grads = [w for w in weights if f"d{w}" in u.backward.col_sums]
-    scalar_grads = [w for w in weights if f"d{w}" in u.backward.scalar_stores]
+    stored = u.backward.scalar_stores | u.backward.vector_stores
+    scalar_grads = [w for w in weights if f"d{w}" in stored]
     runtime = [p for p in u.reference.float_params if p.name in u.runtime_floats]
     tier2 = u.tier == Tier.ROWWISE
     ref = u.reference

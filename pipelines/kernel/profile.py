@@ -95,7 +95,7 @@ def build(u: Understanding) -> KernelProfile:
         tier_description=TIER_NAMES[u.tier],
         closest_existing_kernel="relu_squared (flat grid variant)" if elementwise else "rms_norm",
         forward_inputs=[{"name": i.arg, "shape": "(..., H)", "dtype": "input dtype"} for i in u.inputs]
-        + [{"name": w.name, "shape": "(1,)" if w.scalar else "(H,)", "dtype": "input dtype"} for w in u.weights],
+        + [{"name": w.name, "shape": str(w.shape) if w.scalar else "(H,)", "dtype": "input dtype"} for w in u.weights],
         forward_outputs=[
             {"name": o.arg, "shape": "(..., H)", "dtype": "float32" if dtype == "float32" else "same as input"}
             for o, dtype in zip(u.outputs, u.output_dtypes, strict=True)

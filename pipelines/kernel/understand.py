@@ -33,6 +33,7 @@ from pipelines.outcome import PipelineError
 aten = torch.ops.aten
 TRACE_SHAPE = (5, 7)  # (R, C): distinct, not 0 or 1, so neither is specialised away
 PROBE_SHAPE = (4, 33)
+MAX_SMALL_PARAM = 16  # a (k,) parameter up to this size is k scalars (PolyNorm's (3,) weight), not a column
 SENTINEL_BASE = 1.2345678e-5  # float parameters are traced with these values to find them in the graph
 # decompose activations core ATen keeps whole, so the graph is made of ops the lowering table knows
 EXTRA_DECOMPOSITIONS = [
@@ -91,8 +92,15 @@ class Weight:
     init: str  # "ones" | "zeros" for columns; the reference's value (a float literal) for scalars
     learnable: bool  # a parameter (the backward computes its gradient) or a buffer
 
+    @property
+    def vector(self) -> bool:
+        """A small (k,) parameter (PolyNorm's three weights): each element read as a scalar, never as a column."""
+        return self.scalar and self.shape not in ((), (1,))
+
     def init_expr(self) -> str:
         """The Liger module's initial value, as torch source (hidden_size in scope for columns)."""
+        if self.init.startswith("torch.tensor("):
+            return self.init
         if self.scalar:
             return f"torch.full({self.shape!r}, {self.init})"
         return f"torch.{self.init}(hidden_size)"
@@ -162,7 +170,8 @@ def understand(spec: Spec, repo) -> Understanding:
     val = next(n for n in graph.graph.nodes if n.op == "placeholder").meta["val"]
     rows, cols = val.shape
     dtype_ptr = f"{inputs[0].arg}_ptr"  # explicit rounds in the reference go to the inputs' dtype
-    lowering = Lowering(graph.graph, rows, cols, torch.bfloat16, sentinels, placeholders, dtype_ptr=dtype_ptr)
+    vectors = _vector_sizes(graph, placeholders, weights)
+    lowering = Lowering(graph.graph, rows, cols, torch.bfloat16, sentinels, placeholders, dtype_ptr, vectors)
     graph_code = graph.code
     parts = (ref, Tier.COMPLEX, None, None, weights, [], output_dtypes)
     try:
@@ -217,17 +226,19 @@ def _weights(module: torch.nn.Module, ref: ReferenceCode, spec: Spec) -> list[We
     out = []
     tensors = [(n, t, True) for n, t in module.named_parameters()] + [(n, t, False) for n, t in module.named_buffers()]
     for key, tensor, learnable in tensors:
-        if tensor.numel() != 1 and tuple(tensor.shape) != (hidden,):
+        small = tensor.dim() == 1 and 1 < tensor.numel() <= MAX_SMALL_PARAM and tensor.numel() != hidden
+        if tensor.numel() != 1 and tuple(tensor.shape) != (hidden,) and not small:
             kind = "parameter" if learnable else "buffer"
             raise PipelineError(
                 f"the reference's {kind} {key} has shape {tuple(tensor.shape)}; the kernel engine handles tensors of "
-                "one element or of shape (hidden,)",
+                f"one element, of shape (hidden,) or of a small shape (k,) (k <= {MAX_SMALL_PARAM}) read element by element",
                 hint="a weight of another shape needs a hand-designed kernel (liger-kernel-dev skill, tier 3)",
             )
         name = _short(key.removeprefix("act.") if spec.kind == SpecKind.ACTIVATION else key)
-        if tensor.numel() == 1:
-            value = float(tensor.detach().float().reshape(-1)[0])
-            out.append(Weight(name, key, True, tuple(tensor.shape), repr(value), learnable))
+        if tensor.numel() == 1 or small:  # loaded once per program; a (k,) one element at a time
+            values = tensor.detach().float().reshape(-1).tolist()
+            init = repr(values[0]) if len(set(values)) == 1 else f"torch.tensor({values!r})"
+            out.append(Weight(name, key, True, tuple(tensor.shape), init, learnable))
             continue
         init = known.get(key) or ("zeros" if bool((tensor == 0).all()) else "ones")
         out.append(Weight(name, key, False, (), init, learnable))
@@ -321,6 +332,13 @@ def _trace(cls, ref: ReferenceCode, spec: Spec, weights: list[Weight], n_outputs
     except Exception as exc:
         raise _trace_error(exc, spec) from exc
     return graph, sentinels
+
+
+def _vector_sizes(graph, placeholders: dict[str, str], weights: list[Weight]) -> dict[str, int]:
+    """The symbolic size the trace gave each small (k,) parameter, and its k."""
+    vectors = {w.name: w.shape[0] for w in weights if w.vector}
+    nodes = [n for n in graph.graph.nodes if n.op == "placeholder" and placeholders[n.name] in vectors]
+    return {str(n.meta["val"].shape[0]): vectors[placeholders[n.name]] for n in nodes}
 
 
 def _placeholder_names(graph, inputs: list[Port], weights: list[Weight], outputs: list[Port]) -> dict[str, str]:

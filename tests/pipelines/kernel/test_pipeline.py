@@ -235,3 +235,21 @@ def test_fused_add_rms_norm_from_ligers_own_reference_end_to_end(liger_checkout)
     # liger_fused_add_rms_norm's arguments: Liger's own test of the op runs against this kernel by swapping imports
     assert 'def liger_llama_add_rms_norm(X, R, W, eps, offset=0.0, casting_mode="llama", in_place=True):' in functional
     assert 'if [offset, casting_mode] != [0.0, "llama"]:' in ops
+
+
+@pytest.mark.slow
+def test_poly_norm_a_small_weight_read_element_by_element_end_to_end(liger_checkout):
+    """Liger's test_poly_norm.py:NaivePolyNorm: a (3,) weight used as weight[0], weight[1], weight[2] (before,
+    refused: "weight has shape (3,)"); its gradient is three whole-tensor sums stored element by element."""
+    run = pipeline.run(
+        "test/transformers/test_poly_norm.py:NaivePolyNorm", liger_checkout.root, progress=lambda _: None, force=True
+    )
+    statuses = _statuses(run)
+    assert statuses["checkstyle"] is GateStatus.PASS, run.gates
+    assert statuses["unit tests (CPU, TRITON_INTERPRET=1)"] is GateStatus.PASS, run.gates
+    ops = liger_checkout.path("src/liger_kernel/ops/naive_poly_norm.py").read_text()
+    assert "tl.load(weight_ptr + 2).to(tl.float32)" in ops and "tl.store(dweight_ptr + 2, " in ops
+    module = liger_checkout.path("src/liger_kernel/transformers/naive_poly_norm.py").read_text()
+    assert "self.weight = nn.Parameter(torch.full((3,), 0.3333333432674408))" in module
+    functional = liger_checkout.path("src/liger_kernel/transformers/functional.py").read_text()
+    assert "def liger_naive_poly_norm(X, W, B, eps=1e-06, in_place=True):" in functional  # liger_poly_norm's

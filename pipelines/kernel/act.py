@@ -64,10 +64,14 @@ def check_no_clash(checkout: Checkout, name: str) -> None:
 def context(u: Understanding) -> dict:
     weights = [w.name for w in u.weights]
     grads = [w for w in weights if f"d{w}" in u.backward.col_sums]
-    scalar_grads = [w for w in weights if f"d{w}" in u.backward.scalar_stores]
+    stored = u.backward.scalar_stores | u.backward.vector_stores
+    scalar_grads = [w for w in weights if f"d{w}" in stored]
     runtime = [p for p in u.reference.float_params if p.name in u.runtime_floats]
     tier2 = u.tier == Tier.ROWWISE
     ref = u.reference
+    input_grads = [i for i in u.inputs if i.grad_arg in u.backward.stores]
+    inputs = [i.arg for i in u.inputs]
+    fixed = u.dropin.functional.fixed if u.dropin and u.dropin.functional else []
     return {
         "name": u.spec.name,
         "pascal": pascal(u.spec.name),
@@ -86,11 +90,36 @@ def context(u: Understanding) -> dict:
         "float_params": ref.float_params,
         "runtime_floats": u.runtime_floats,
         "runtime_float_params": runtime,
-        "output_float32": u.output_dtype == "float32",
+        "inputs": u.inputs,
+        "outputs": u.outputs,
+        "first": u.inputs[0],
+        "input_args": ", ".join(inputs),
+        "output_args": ", ".join(o.arg for o in u.outputs),
+        "grad_output_args": ", ".join(o.grad_arg for o in u.outputs),
+        "input_grads": input_grads,
+        "input_grad_args": ", ".join(i.grad_arg for i in input_grads),
+        # a new tensor object over each buffer: autograd can adopt it as the input's .grad instead of copying it
+        "input_grad_returns": ", ".join(f"{i.grad_arg}.detach()" if i in input_grads else "None" for i in u.inputs),
+        "grad_buffers": _grad_buffers(input_grads, u.outputs),
+        "reused_phrase": _reused_phrase(input_grads, u.outputs),
+        "forward_row_views": _row_views(inputs, inputs),
+        "backward_row_views": _row_views(
+            [f"{i.grad_arg}_rows" for i in input_grads] + [o.grad_arg for o in u.outputs] + inputs,
+            [i.grad_arg for i in input_grads] + [o.grad_arg for o in u.outputs] + inputs,
+        ),
+        "output_views": ", ".join(f"{o.arg}.view(*shape)" for o in u.outputs),
+        "float32_outputs": {o.arg for o, d in zip(u.outputs, u.output_dtypes, strict=True) if d == "float32"},
         "block_size": ELEMENTWISE_BLOCK,
         "num_warps": ELEMENTWISE_WARPS,
-        "saved_unpack": ", ".join(["X", *weights]) if weights else "(X,)",
-        "backward_results": ", ".join(["dX", *[f"d{w}" for w in weights]]),
+        "saved_unpack": ", ".join([*inputs, *weights]) if len(inputs) + len(weights) > 1 else f"({inputs[0]},)",
+        "backward_results": ", ".join([*(i.grad_arg for i in u.inputs), *[f"d{w}" for w in weights]]),
+        "module_inputs": u.reference.inputs,
+        "dropin": u.dropin,
+        "function_fixed": fixed,
+        "function_fixed_text": ", ".join(f"{n}={d}" for n, d in fixed).replace('"', "'"),
+        "ctor_signature": u.dropin.signature() if u.dropin else _ctor_signature(ref),
+        "reference_class_source": ref.source_note,
+        "forward_fn_arg": f", forward_{u.spec.name}" if len(u.inputs) + len(u.outputs) > 2 else "",
         "needs_hidden": ref.has_weights,
         "first_column": next((w.name for w in u.weights if not w.scalar), ""),
         "state_keys": {w.state_key: w.name for w in u.weights},
@@ -103,6 +132,26 @@ def context(u: Understanding) -> dict:
         "fp32_tol": ("1e-4", "1e-5") if tier2 else ("1e-5", "1e-5"),
         "bf16_tol": ("2e-1", "2e-2") if tier2 else ("1e-1", "5e-2"),
     }
+
+
+def _grad_buffers(input_grads: list, outputs: list) -> dict[str, str]:
+    """The k-th input gradient may be written into the k-th incoming gradient's buffer (same shape, one each)."""
+    return {i.grad_arg: (outputs[k].grad_arg if k < len(outputs) else "") for k, i in enumerate(input_grads)}
+
+
+def _ctor_signature(ref) -> str:
+    floats = [f"{p.name}={p.default}" for p in ref.float_params]
+    return ", ".join((["hidden_size"] if ref.has_weights else []) + floats + ["in_place=True"])
+
+
+def _row_views(names: list[str], tensors: list[str]) -> str:
+    """`a, b = a.view(-1, n_cols), b.view(-1, n_cols)`: the row-wise functions work on 2-D views."""
+    return f"{', '.join(names)} = {', '.join(f'{t}.view(-1, n_cols)' for t in tensors)}"
+
+
+def _reused_phrase(input_grads: list, outputs: list) -> str:
+    pairs = [(i.grad_arg, o.grad_arg) for i, o in zip(input_grads, outputs, strict=False)]
+    return " and ".join(f"{g} into {d}'s storage" for g, d in pairs)
 
 
 def render_files(u: Understanding) -> dict[str, str]:

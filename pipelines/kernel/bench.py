@@ -67,24 +67,40 @@ def load_layers(repo: Path, name: str, hidden: int, dtype: torch.dtype) -> dict[
     return {"liger": liger, "torch": eager, "torch_compile": torch.compile(torch_cls(*args).to("cuda").to(dtype))}
 
 
-def time_modes(layer, x: torch.Tensor, rep: int) -> dict[str, float]:
+def input_count(name: str) -> int:
+    """How many tensor inputs the op takes: the generated test's N_INPUTS (imported already by load_layers)."""
+    return getattr(importlib.import_module(f"test.transformers.test_{name}"), "N_INPUTS", 1)
+
+
+def one_output(result):
+    """Several outputs (add + norm returns the sum too) are timed through their sum, alike for every provider."""
+    return sum(result) if isinstance(result, (tuple, list)) else result
+
+
+def time_modes(layer, inputs: torch.Tensor | list[torch.Tensor], rep: int) -> dict[str, float]:
     import triton
 
-    def bench(fn):
-        return triton.testing.do_bench(fn, grad_to_none=[x], warmup=max(5, rep // 4), rep=rep, return_mode="median")
+    inputs = [inputs] if isinstance(inputs, torch.Tensor) else list(inputs)
 
-    y = layer(x)
+    def bench(fn):
+        return triton.testing.do_bench(fn, grad_to_none=inputs, warmup=max(5, rep // 4), rep=rep, return_mode="median")
+
+    def forward():
+        return one_output(layer(*inputs))
+
+    y = forward()
     dy = torch.randn_like(y)
 
     def full():
-        out = layer(x)
+        out = forward()
         out.backward(torch.randn_like(out), retain_graph=True)
 
-    times = {"forward": bench(lambda: layer(x)), "backward": bench(lambda: y.backward(dy, retain_graph=True))}
+    times = {"forward": bench(forward), "backward": bench(lambda: y.backward(dy, retain_graph=True))}
     times["full"] = bench(full)
     y = dy = None  # release before the memory measurement
     torch.cuda.synchronize()
-    x.grad = None
+    for x in inputs:
+        x.grad = None
     peaks = []
     for _ in range(3):
         torch.cuda.reset_peak_memory_stats()
@@ -99,18 +115,22 @@ def measure(
     repo: Path, name: str, hidden: int, rows: int, rep: int, copy_gbps: float, providers: tuple = PROVIDERS
 ) -> dict:
     dtype = torch.bfloat16
-    layers = load_layers(repo, name, hidden, dtype)
-    x = torch.randn(rows, hidden, device="cuda", dtype=dtype, requires_grad=True)
+    layers, n_inputs = load_layers(repo, name, hidden, dtype), input_count(name)
+    inputs = [torch.randn(rows, hidden, device="cuda", dtype=dtype, requires_grad=True) for _ in range(n_inputs)]
     with torch.no_grad():
-        torch.testing.assert_close(layers["liger"](x), layers["torch"](x), atol=1e-1, rtol=5e-2)
+        outputs = layers["liger"](*inputs)
+        torch.testing.assert_close(outputs, layers["torch"](*inputs), atol=1e-1, rtol=5e-2)
+    n_outputs = len(outputs) if isinstance(outputs, (tuple, list)) else 1
     result = {"name": name, "rows": rows, "hidden": hidden}
     for provider in providers:
-        result[provider] = time_modes(layers[provider], x, rep)
-        x.grad = None
+        result[provider] = time_modes(layers[provider], inputs, rep)
+        for x in inputs:
+            x.grad = None
     if "torch_compile" not in providers:  # an A/B run of two liger versions: no compile column
         result["torch_compile"] = {mode: float("nan") for mode in (*MODES, "peak_mb")}
-    element = x.numel() * x.element_size()
-    moved = {"forward": 2 * element, "backward": 3 * element}
+    element = inputs[0].numel() * inputs[0].element_size()
+    # forward: read the inputs, write the outputs; backward: read the inputs and each output's gradient, write dinputs
+    moved = {"forward": (n_inputs + n_outputs) * element, "backward": (2 * n_inputs + n_outputs) * element}
     for mode, n_bytes in moved.items():
         result[f"liger_{mode}_gbps"] = n_bytes / (result["liger"][mode] * 1e-3) / 1e9
         result[f"liger_{mode}_pct_copy"] = 100 * result[f"liger_{mode}_gbps"] / copy_gbps

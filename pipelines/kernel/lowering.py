@@ -1,13 +1,16 @@
 """ATen graph -> Triton statements: one table entry per ATen op, no per-kernel code.
 
-The traced graph (`understand.trace_joint`) computes `(y, dx, dparams...)` from `(x, params..., dy)` on a 2-D
-input of symbolic shape (R, C). Every value there has one of four shapes, and each becomes a value inside one
+The traced graph (`understand._trace`) computes `(outputs..., dinputs..., dparams...)` from
+`(inputs..., params..., dys...)`, every input and output of one 2-D symbolic shape (R, C) (`silu(a) * b`, or add +
+RMSNorm returning the sum too). Every value there has one of five shapes, and each becomes a value inside one
 Triton program that holds a row (or a flat block of elements):
 
     (R, C)        ROW     a vector over the program's columns
     (R, 1), (R,)  RSCALAR a scalar per row (the result of a reduction over the last dimension)
     (C,), (1, C)  COL     a vector shared by all rows (a learnable weight or bias)
     (), (1,)      SCALAR  a constant, or a scalar parameter / buffer loaded once per program
+    (k,)          VECTOR  a small parameter (PolyNorm's (3,) weight): `w[i]` is a scalar load of element i, and its
+                          gradient is k whole-tensor sums put together element by element (select_backward, add)
 
 A sum over dimension 0 is a parameter gradient (COLSUM): the kernel accumulates it across the rows it handles.
 A sum over every dimension is a scalar parameter's gradient (TOTAL): each program stores its partial sum and one
@@ -46,6 +49,7 @@ class Kind(str, enum.Enum):
     COL = "col"
     SCALAR = "scalar"
     COLSUM = "column sum"
+    VECTOR = "small vector"  # a (k,) parameter, or its gradient: k scalars
 
 
 @dataclass(frozen=True)
@@ -65,6 +69,7 @@ class Body:
     totals: dict[str, str] = field(default_factory=dict)  # whole-tensor sum variable -> ROW variable it sums
     epilogue: list[Stmt] = field(default_factory=list)  # scalar statements after the totals (one program)
     scalar_stores: dict[str, str] = field(default_factory=dict)  # scalar-parameter gradient name -> variable
+    vector_stores: dict[str, list[str]] = field(default_factory=dict)  # small (k,) parameter gradient -> k values
     epilogue_loads: list[str] = field(default_factory=list)  # placeholders the epilogue reads
     uses_n_cols: bool = False
     row_reductions: int = 0
@@ -265,6 +270,8 @@ class Lowering:
     input_dtype: torch.dtype
     float_params: dict[float, str]  # sentinel value -> runtime parameter name
     placeholder_names: dict[str, str]  # graph placeholder -> kernel variable (x, w, b, dy)
+    dtype_ptr: str = "X_ptr"  # the pointer whose element type an explicit round to the input dtype uses
+    vector_sizes: dict[str, int] = field(default_factory=dict)  # a small parameter's traced (symbolic) size -> k
     refs: dict[str, str] = field(default_factory=dict)  # node -> how later statements refer to its value
     stmts: dict[str, str] = field(default_factory=dict)  # node -> expression it assigns (nodes that compute)
     kinds: dict[str, Kind] = field(default_factory=dict)
@@ -272,6 +279,7 @@ class Lowering:
     op_of: dict[str, str] = field(default_factory=dict)
     totals: dict[str, str] = field(default_factory=dict)  # TOTAL node -> the ROW value it sums
     after_total: set[str] = field(default_factory=set)  # TOTAL nodes and every value computed from one
+    vectors: dict[str, list[str]] = field(default_factory=dict)  # VECTOR gradient node -> its k scalar expressions
 
     def run(self) -> list[torch.fx.Node]:
         """Lower every node; returns the graph's output nodes (flattened)."""
@@ -306,6 +314,12 @@ class Lowering:
             return self._set(node, f"({self._arg(node.args[0])} * 0.0 + {self._arg(value)})", "constant")
         if target in REDUCTIONS:
             return self._reduction(node)
+        if target is aten.select.int and self.kinds[node.args[0].name] is Kind.VECTOR:
+            return self._select(node)
+        if target is aten.select_backward.default:
+            return self._select_backward(node)
+        if target in POINTWISE and any(isinstance(a, torch.fx.Node) and a.name in self.vectors for a in node.args):
+            return self._vector_pointwise(node)
         if target in POINTWISE:
             label, build = POINTWISE[target]
             args = [self._arg(a) for a in node.args]
@@ -322,6 +336,52 @@ class Lowering:
         self.stmts[node.name] = expr
         self.refs[node.name] = node.name
         self.op_of[node.name] = label
+
+    def _select(self, node: torch.fx.Node) -> None:
+        """One element of a small (k,) parameter: a scalar load, not a dependence on the whole parameter."""
+        _, dim, index = node.args
+        self.deps[node.name] = set()
+        self._set(node, f"tl.load({self.refs[node.args[0].name]}_ptr + {index}).to(tl.float32)", "select", Kind.SCALAR)
+
+    def _select_backward(self, node: torch.fx.Node) -> None:
+        """A small parameter's gradient is built element by element: the scalar at `index`, zeros elsewhere."""
+        grad, sizes, dim, index = node.args
+        if self.kinds[grad.name] is not Kind.SCALAR or dim != 0 or len(sizes) != 1:
+            raise Unsupported("select_backward", "a gradient of an element of a parameter that is not a small (k,) one")
+        size = str(sizes[0].meta["val"]) if isinstance(sizes[0], torch.fx.Node) else str(sizes[0])
+        elements = ["0.0"] * self.vector_sizes.get(size, int(size) if size.isdigit() else 0)
+        if not elements:
+            raise Unsupported("select_backward", f"a gradient of an element of a parameter of size {size}")
+        elements[index] = self._arg(grad)
+        self._vector(node, elements)
+
+    def _vector_pointwise(self, node: torch.fx.Node) -> None:
+        """Element by element over a small parameter's gradient (the sum of its select_backward pieces)."""
+        label, build = POINTWISE[node.target]
+        size = next(
+            len(self.vectors[a.name]) for a in node.args if isinstance(a, torch.fx.Node) and a.name in self.vectors
+        )
+        columns = [
+            [
+                self.vectors[a.name][i] if isinstance(a, torch.fx.Node) and a.name in self.vectors else self._arg(a)
+                for a in node.args
+            ]
+            for i in range(size)
+        ]
+        if label == "add" and not node.kwargs:  # the pieces are zero but at one index each: keep the sums readable
+            columns = [[a for a in args if a != "0.0"] or ["0.0"] for args in columns]
+            self._vector(node, [" + ".join(args) if len(args) > 1 else args[0] for args in columns])
+        else:
+            self._vector(node, [build(*args) for args in columns])
+        self.op_of[node.name] = label
+
+    def _vector(self, node: torch.fx.Node, elements: list[str]) -> None:
+        self.vectors[node.name] = elements
+        self.kinds[node.name] = Kind.VECTOR
+        self.refs[node.name] = node.name
+        self.op_of.setdefault(node.name, "select")
+        if any(a.name in self.after_total for a in node.all_input_nodes):
+            self.after_total.add(node.name)
 
     def _alias(self, node: torch.fx.Node, source: torch.fx.Node) -> None:
         self.refs[node.name] = self.refs[source.name]
@@ -340,7 +400,7 @@ class Lowering:
             return self._set(node, f"({value} != 0)", "cast")
         if dtype in LOW_PRECISION and dtype == self.input_dtype:
             # an explicit round to the input dtype in the reference (llama casting mode, `.to(input_dtype)`)
-            return self._set(node, f"{value}.to(X_ptr.dtype.element_ty).to(tl.float32)", "round to input dtype")
+            return self._set(node, f"{value}{_round_suffix(self.dtype_ptr)}", "round to input dtype")
         raise Unsupported("_to_copy", f"cast to {dtype} is neither fp32 nor the input dtype")
 
     def _reduction(self, node: torch.fx.Node) -> None:
@@ -351,7 +411,9 @@ class Lowering:
         dims = sorted(d % ndim for d in dims) if dims else list(range(ndim))
         src_kind = self.kinds[source.name]
         if src_kind is Kind.COLSUM:
-            raise Unsupported(label, "a reduction of a parameter gradient")
+            raise Unsupported(
+                label, "a reduction of a sum over the rows (dimension 0): only the last dimension is row-wise"
+            )
         if ndim == 2 and dims == [1] and src_kind in (Kind.ROW, Kind.COL):
             # keep_dims: a (rows, 1) column in a forward program that holds several rows, a (1,) block in a one-row loop
             value = f"{fn}(tl.where(mask, {self._arg(source)}, {neutral}), axis=-1, keep_dims=True)"
@@ -385,9 +447,15 @@ class Lowering:
         self.refs[node.name] = f"({args[0]} {PY_OPS[node.target]} {args[1]})" if node.target in PY_OPS else args[0]
 
     def _arg(self, value) -> str | None:
+        if isinstance(value, torch.fx.Node) and self.kinds.get(value.name) is Kind.VECTOR:
+            raise Unsupported("use", "a small (k,) parameter is used whole; only its elements (w[0], w[1], ...) are")
         if isinstance(value, torch.fx.Node):
             if self.kinds.get(value.name) is Kind.COLSUM:
-                raise Unsupported("use", "a parameter gradient is used inside another computation")
+                # a sum over rows is a parameter's gradient only as an output; inside the op it is a cross-row reduction
+                raise Unsupported(
+                    "sum",
+                    "a sum over the rows (dimension 0) is used inside the computation: only the last dimension is row-wise",
+                )
             return self.refs[value.name]
         if value is None:
             return None
@@ -409,6 +477,8 @@ class Lowering:
             return Kind.RSCALAR
         if shape == [cols]:
             return Kind.COL
+        if len(shape) == 1 and shape[0] in self.vector_sizes:
+            return Kind.VECTOR
         if all(d == "1" for d in shape):
             return Kind.SCALAR
         raise Unsupported(_op_name(node.target), f"produces shape {tuple(shape)}: not a row, a row scalar or a weight")
@@ -439,13 +509,20 @@ class Lowering:
                 body.ops.add(self.op_of[node.name])
         body.uses_n_cols = any("n_cols" in s.expr for s in body.stmts)
         body.totals = sources
+        stored = [self.refs[n.name] for n in early.values() if self.kinds[n.name] is not Kind.COLSUM]
         for out_name, node in early.items():
+            var = self.refs[node.name]
             if self.kinds[node.name] is Kind.COLSUM:
-                body.col_sums[out_name] = self.refs[node.name]
+                body.col_sums[out_name] = var
+            elif stored.count(var) > 1:  # one value stored twice (add + norm: dh == dresidual) keeps its statement
+                body.stores[out_name] = var
             else:
-                body.stores[out_name] = _without_final_round(body, self.refs[node.name])
+                body.stores[out_name] = _without_final_round(body, var, self.dtype_ptr)
         for out_name, node in late.items():
-            body.scalar_stores[out_name] = self.refs[node.name]
+            if node.name in self.vectors:
+                body.vector_stores[out_name] = self.vectors[node.name]
+            else:
+                body.scalar_stores[out_name] = self.refs[node.name]
         return body
 
     def _closure(self, roots: list[str], stop: set[str]) -> set[str]:
@@ -467,10 +544,14 @@ class Lowering:
         return source
 
 
-def _without_final_round(body: Body, var: str) -> str:
+def _round_suffix(dtype_ptr: str) -> str:
+    return f".to({dtype_ptr}.dtype.element_ty).to(tl.float32)"
+
+
+def _without_final_round(body: Body, var: str, dtype_ptr: str) -> str:
     """A stored value is cast to the output dtype by the store itself: a rounding statement right before is moot."""
     stmt = next((s for s in body.stmts if s.var == var), None)
-    suffix = ".to(X_ptr.dtype.element_ty).to(tl.float32)"
+    suffix = _round_suffix(dtype_ptr)
     if stmt is None or not stmt.expr.endswith(suffix) or not stmt.expr[: -len(suffix)].isidentifier():
         return var
     if sum(var in s.expr for s in body.stmts) > 0:

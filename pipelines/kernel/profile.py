@@ -82,7 +82,9 @@ def build(u: Understanding) -> KernelProfile:
     ops = sorted(set().union(*(b.ops for b in (u.forward, u.backward) if b)))
     sensitive = sorted({op for op in ops if op.split()[-1] in PRECISION_SENSITIVE})
     learnable = [w.name for w in u.weights if w.learnable]
-    grads = {"dX": _formula(u.backward, "dX")} | {f"d{w}": _formula(u.backward, f"d{w}") for w in learnable}
+    stored = u.backward.stores if u.backward else {}  # a tier-3 op has no backward body
+    grads = {i.grad_arg: _formula(u.backward, i.grad_arg) for i in u.inputs if i.grad_arg in stored}
+    grads |= {f"d{w}": _formula(u.backward, f"d{w}") for w in learnable}
     floats = [{"name": p.name, "type": "float", "default": p.default} for p in u.reference.float_params]
     return KernelProfile(
         operation_name=name,
@@ -92,16 +94,17 @@ def build(u: Understanding) -> KernelProfile:
         tier=u.tier,
         tier_description=TIER_NAMES[u.tier],
         closest_existing_kernel="relu_squared (flat grid variant)" if elementwise else "rms_norm",
-        forward_inputs=[{"name": "X", "shape": "(..., H)", "dtype": "input dtype"}]
-        + [{"name": w.name, "shape": "(1,)" if w.scalar else "(H,)", "dtype": "input dtype"} for w in u.weights],
+        forward_inputs=[{"name": i.arg, "shape": "(..., H)", "dtype": "input dtype"} for i in u.inputs]
+        + [{"name": w.name, "shape": str(w.shape) if w.scalar else "(H,)", "dtype": "input dtype"} for w in u.weights],
         forward_outputs=[
-            {"name": "Y", "shape": "(..., H)", "dtype": "float32" if u.output_dtype == "float32" else "same as input"}
+            {"name": o.arg, "shape": "(..., H)", "dtype": "float32" if dtype == "float32" else "same as input"}
+            for o, dtype in zip(u.outputs, u.output_dtypes, strict=True)
         ],
-        forward_computation=_formula(u.forward, "Y"),
+        forward_computation=" | ".join(_formula(u.forward, o.arg) for o in u.outputs),
         precision_sensitive_ops=sensitive,
-        backward_saved_tensors=["X", *weights],
-        backward_recompute="every forward intermediate is recomputed from X in the backward kernel"
-        + ("" if elementwise else " (row statistics: one more reduction over the row in registers)"),
+        backward_saved_tensors=[*(i.arg for i in u.inputs), *weights],
+        backward_recompute=f"every forward intermediate is recomputed from {', '.join(i.arg for i in u.inputs)} in the "
+        "backward kernel" + ("" if elementwise else " (row statistics: one more reduction over the row in registers)"),
         gradient_formulas=grads,
         grid_dimensions="1D",
         grid_description="flat: one program per BLOCK_SIZE elements of the flattened tensor"

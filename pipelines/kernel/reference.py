@@ -2,7 +2,9 @@
 generated test and benchmark paste verbatim, so the kernel is checked against exactly what was traced.
 
 Its constructor is the Liger module's: `(hidden_size, <float params>)` when the op has learnable weights, else
-`(<float params>)`. Float parameters with defaults (eps, ...) become runtime kernel arguments.
+`(<float params>)`. Float parameters with defaults (eps, ...) become runtime kernel arguments. Its forward takes the
+op's tensor inputs under the reference's own names (`forward(self, a, b)` for `silu(a) * b`): every argument without
+a default is an input unless the code declares it an `nn.Parameter`.
 """
 
 from __future__ import annotations
@@ -41,6 +43,7 @@ class ReferenceCode:
     weights: list[tuple[str, str]] = field(default_factory=list)  # (parameter name, "ones" | "zeros"), if known
     source_note: str = ""  # where the op came from, for the profile
     repo: Path | None = None  # the target checkout, for imports of REPO specs
+    inputs: list[str] = field(default_factory=lambda: ["x"])  # the forward's tensor arguments, in call order
 
     def signature(self) -> str:
         params = (["hidden_size"] if self.has_weights else []) + [f"{p.name}={p.default!r}" for p in self.float_params]
@@ -147,19 +150,27 @@ def _class_wrapper(cls: str, node: ast.ClassDef, imports: list[str], prelude: st
         f"    def __init__(self{', ' if ctor else ''}{ctor}):\n"
         f"        super().__init__({', '.join(args)})\n"
     )
-    return ReferenceCode(cls, imports, code, floats, has_weights=size is not None)
+    return ReferenceCode(cls, imports, code, floats, has_weights=size is not None, inputs=_forward_inputs(node))
+
+
+def _forward_inputs(node: ast.ClassDef) -> list[str]:
+    """The tensors a module's forward takes: its arguments without defaults (`hidden_states, residual`)."""
+    forward = next((n for n in node.body if isinstance(n, ast.FunctionDef) and n.name == "forward"), None)
+    if forward is None:  # inherited: the one input the probe hands it
+        return ["x"]
+    return [n for n, v in _defaults(forward.args) if v is _NO_DEFAULT] or ["x"]
 
 
 def _function_wrapper(cls: str, node: ast.FunctionDef, imports: list[str], prelude: str) -> ReferenceCode:
     params = _defaults(node.args)
     if not params:
         raise PipelineError(f"{node.name} takes no arguments", hint="the op's first argument is the input tensor")
-    tensors = [n for n, v in params[1:] if v is _NO_DEFAULT]
-    inputs = [n for n in tensors if not _declared_parameter(node.args, n)]
-    if inputs:
-        raise _extra_inputs_error(node, params[0][0], inputs)
+    tensors = [n for n, v in params if v is _NO_DEFAULT]
+    # an argument is a learnable weight only where the code says so: guessing made `silu(a) * b` a different op
+    weight_names = [n for n in tensors[1:] if _declared_parameter(node.args, n)]
+    inputs = [n for n in tensors if n not in weight_names]
     floats = _float_params(params[1:])
-    weights = [(n, "zeros" if n in ZERO_INIT_NAMES else "ones") for n in tensors]
+    weights = [(n, "zeros" if n in ZERO_INIT_NAMES else "ones") for n in weight_names]
     lines = [f"{prelude}class {cls}(torch.nn.Module):"]
     ctor = ", ".join((["hidden_size"] if weights else []) + [f"{p.name}={p.default!r}" for p in floats])
     lines.append(f"    def __init__(self{', ' if ctor else ''}{ctor}):")
@@ -168,9 +179,13 @@ def _function_wrapper(cls: str, node: ast.FunctionDef, imports: list[str], prelu
         lines.append(f"        self.{name} = torch.nn.Parameter(torch.{init}(hidden_size))")
     for p in floats:
         lines.append(f"        self.{p.name} = {p.name}")
-    call = ", ".join(["x"] + [f"self.{n}" for n in tensors] + [f"{p.name}=self.{p.name}" for p in floats])
-    lines += ["", "    def forward(self, x):", f"        return {node.name}({call})", ""]
-    return ReferenceCode(cls, imports, "\n".join(lines), floats, has_weights=bool(weights), weights=weights)
+    forward_args = ["x"] if len(inputs) == 1 else inputs  # one input keeps the name the engine always gave it
+    passed = dict(zip(inputs, forward_args, strict=True)) | {n: f"self.{n}" for n in weight_names}
+    call = ", ".join([passed[n] for n in tensors] + [f"{p.name}=self.{p.name}" for p in floats])
+    lines += ["", f"    def forward(self, {', '.join(forward_args)}):", f"        return {node.name}({call})", ""]
+    return ReferenceCode(
+        cls, imports, "\n".join(lines), floats, has_weights=bool(weights), weights=weights, inputs=forward_args
+    )
 
 
 PARAMETER_ANNOTATIONS = ("torch.nn.Parameter", "nn.Parameter", "Parameter")
@@ -180,18 +195,6 @@ def _declared_parameter(args: ast.arguments, name: str) -> bool:
     """The user's code says an argument is a learnable weight (`weight: torch.nn.Parameter`); a name never does."""
     arg = next(a for a in args.posonlyargs + args.args + args.kwonlyargs if a.arg == name)
     return arg.annotation is not None and ast.unparse(arg.annotation) in PARAMETER_ANNOTATIONS
-
-
-def _extra_inputs_error(node: ast.FunctionDef, first: str, inputs: list[str]) -> PipelineError:
-    """A function's further tensor arguments are inputs, not weights: guessing made `silu(a) * b` a different op."""
-    names = ", ".join([first, *inputs])
-    return PipelineError(
-        f"tier 3: {node.name}({names}) takes {len(inputs) + 1} tensor inputs; the default engine writes kernels of one "
-        f"tensor input and learnable weights, and does not treat {', '.join(inputs)} as a weight unless the code says so",
-        hint=f"if {inputs[0]} is a learnable weight of shape (hidden,), annotate it (`{inputs[0]}: torch.nn.Parameter`) "
-        "or write the op as an nn.Module holding an nn.Parameter; an op of several inputs needs a hand-designed "
-        "kernel (liger-kernel-dev skill, tier 3)",
-    )
 
 
 @contextlib.contextmanager

@@ -1,23 +1,27 @@
 """Understand: the reference run eagerly (bad-input checks), then forward and autograd's backward traced together
 to ATen, lowered to Triton statements, and classified into a tier.
 
-One joint graph `(x, params..., dy) -> (y, dx, dparams...)` is traced with `make_fx` on symbolic shapes (R, C) in
-bf16, so explicit casts and shape arithmetic (a mean's 1/C) stay visible. The forward kernel is the slice of that
-graph `y` needs; the backward kernel is the slice `dx, dparams` need, which recomputes forward intermediates from
-the saved inputs instead of saving them.
+One joint graph `(inputs..., params..., dys...) -> (outputs..., dinputs..., dparams...)` is traced with `make_fx`
+on symbolic shapes (R, C) in bf16, so explicit casts and shape arithmetic (a mean's 1/C) stay visible. Every tensor
+input has the shape of the first (`silu(a) * b`, `hidden_states + residual`), and so has every output. The forward
+kernel is the slice of that graph the outputs need; the backward kernel is the slice the gradients need, which
+recomputes forward intermediates from the saved inputs instead of saving them.
 """
 
 from __future__ import annotations
 
 import traceback
 from dataclasses import dataclass
+from dataclasses import field
 
 import torch
 from torch._decomp import core_aten_decompositions
 from torch._decomp import get_decompositions
 from torch.fx.experimental.proxy_tensor import make_fx
 
+from pipelines.kernel import dropin as dropin_mod
 from pipelines.kernel import reference as reference_mod
+from pipelines.kernel.dropin import DropIn
 from pipelines.kernel.lowering import Body
 from pipelines.kernel.lowering import Lowering
 from pipelines.kernel.lowering import Unsupported
@@ -29,6 +33,7 @@ from pipelines.outcome import PipelineError
 aten = torch.ops.aten
 TRACE_SHAPE = (5, 7)  # (R, C): distinct, not 0 or 1, so neither is specialised away
 PROBE_SHAPE = (4, 33)
+MAX_SMALL_PARAM = 16  # a (k,) parameter up to this size is k scalars (PolyNorm's (3,) weight), not a column
 SENTINEL_BASE = 1.2345678e-5  # float parameters are traced with these values to find them in the graph
 # decompose activations core ATen keeps whole, so the graph is made of ops the lowering table knows
 EXTRA_DECOMPOSITIONS = [
@@ -87,11 +92,52 @@ class Weight:
     init: str  # "ones" | "zeros" for columns; the reference's value (a float literal) for scalars
     learnable: bool  # a parameter (the backward computes its gradient) or a buffer
 
+    @property
+    def vector(self) -> bool:
+        """A small (k,) parameter (PolyNorm's three weights): each element read as a scalar, never as a column."""
+        return self.scalar and self.shape not in ((), (1,))
+
     def init_expr(self) -> str:
         """The Liger module's initial value, as torch source (hidden_size in scope for columns)."""
+        if self.init.startswith("torch.tensor("):
+            return self.init
         if self.scalar:
             return f"torch.full({self.shape!r}, {self.init})"
         return f"torch.{self.init}(hidden_size)"
+
+
+@dataclass(frozen=True)
+class Port:
+    """One tensor input or output of the kernel, under the names the generated files spell it with."""
+
+    name: str  # the reference's argument name (the module's forward and the functional take it); outputs: y, y0, ...
+    var: str  # the Triton variable holding its values
+    arg: str  # the ops functions' Python variable; the kernel's pointer is `{arg}_ptr`
+    grad_var: str  # outputs: the Triton variable of the incoming gradient (dy)
+    grad_arg: str  # the gradient's Python variable (dX for an input, dY for an output); its pointer `{grad_arg}_ptr`
+
+
+# names the ops templates use themselves: an input spelled like one of them is renamed (x0, x1, ...)
+TEMPLATE_NAMES = {"x", "y", "dy", "mask", "offsets", "program_id", "row_idx", "col_offsets", "col_mask", "n_rows"}
+TEMPLATE_NAMES |= {"n_cols", "n_elements", "row_start", "row_end", "rows_per_program", "n_programs", "sm_count"}
+TEMPLATE_NAMES |= {"tl", "triton", "torch", "args", "constexprs", "shape", "num_warps", "partials", "ctx", "in_place"}
+TEMPLATE_NAMES |= {"start", "scalar_args", "self", "layer", "inputs", "outputs"}
+
+
+def input_ports(names: list[str], taken: set[str]) -> list[Port]:
+    """One input keeps the engine's x / X / dX; several keep the reference's names (a, b -> a_ptr, da)."""
+    if len(names) == 1:
+        return [Port(names[0], "x", "X", "", "dX")]
+    spelled = set(names) | {f"d{n}" for n in names}
+    clash = len(spelled) < 2 * len(names) or bool(spelled & (taken | TEMPLATE_NAMES))
+    kernel_names = [f"x{i}" for i in range(len(names))] if clash else names
+    return [Port(n, k, k, "", f"d{k}") for n, k in zip(names, kernel_names, strict=True)]
+
+
+def output_ports(count: int) -> list[Port]:
+    if count == 1:
+        return [Port("y", "y", "Y", "dy", "dY")]
+    return [Port(f"y{i}", f"y{i}", f"Y{i}", f"dy{i}", f"dY{i}") for i in range(count)]
 
 
 @dataclass
@@ -103,9 +149,12 @@ class Understanding:
     backward: Body | None
     weights: list[Weight]  # parameters then buffers, in the kernel's argument order
     runtime_floats: list[str]  # float parameters the kernel takes at run time
-    output_dtype: str  # "input" or "float32"
+    output_dtypes: list[str]  # per output: "input" or "float32"
     refusal: str = ""  # why tier 3, and what would be needed
     graph_code: str = ""  # the joint ATen graph, for the profile
+    inputs: list[Port] = field(default_factory=list)
+    outputs: list[Port] = field(default_factory=list)
+    dropin: DropIn | None = None  # the target's own module for this op, whose signatures the generated one takes
 
 
 def understand(spec: Spec, repo) -> Understanding:
@@ -113,28 +162,38 @@ def understand(spec: Spec, repo) -> Understanding:
     cls = reference_mod.load_class(ref)
     module = _instantiate(cls, ref, PROBE_SHAPE[1], sentinels=False)
     weights = _weights(module, ref, spec)
-    output_dtype = _probe(module, ref, spec)
-    graph, sentinels, placeholders = _trace(cls, ref, spec, weights)
+    output_dtypes = _probe(module, ref, spec)
+    graph, sentinels = _trace(cls, ref, spec, weights, len(output_dtypes))
+    taken = {n.name for n in graph.graph.nodes} | {w.name for w in weights} | {p.name for p in ref.float_params}
+    inputs, outputs = input_ports(ref.inputs, taken), output_ports(len(output_dtypes))
+    placeholders = _placeholder_names(graph, inputs, weights, outputs)
     val = next(n for n in graph.graph.nodes if n.op == "placeholder").meta["val"]
     rows, cols = val.shape
-    lowering = Lowering(graph.graph, rows, cols, torch.bfloat16, sentinels, placeholders)
+    dtype_ptr = f"{inputs[0].arg}_ptr"  # explicit rounds in the reference go to the inputs' dtype
+    vectors = _vector_sizes(graph, placeholders, weights)
+    lowering = Lowering(graph.graph, rows, cols, torch.bfloat16, sentinels, placeholders, dtype_ptr, vectors)
     graph_code = graph.code
+    parts = (ref, Tier.COMPLEX, None, None, weights, [], output_dtypes)
     try:
         out_nodes = lowering.run()
-        forward = lowering.body({"Y": out_nodes[0]})
+        forward = lowering.body({o.arg: n for o, n in zip(outputs, out_nodes, strict=False)})
+        grad_nodes = out_nodes[len(outputs) :]
         learnable = [w.name for w in weights if w.learnable]
-        grads = {"dX": out_nodes[1]} | {
-            f"d{w}": n for w, n in zip(learnable, out_nodes[2:], strict=True) if n is not None
-        }
+        grads = {i.grad_arg: n for i, n in zip(inputs, grad_nodes, strict=False) if n is not None}
+        params = grad_nodes[len(inputs) :]
+        grads |= {f"d{w}": n for w, n in zip(learnable, params, strict=True) if n is not None}
         backward = lowering.body(grads)
     except Unsupported as exc:
-        return Understanding(spec, ref, Tier.COMPLEX, None, None, weights, [], output_dtype, _refusal(exc), graph_code)
+        return Understanding(spec, *parts, _refusal(exc), graph_code, inputs, outputs)
     statements = forward.stmts + backward.stmts + backward.epilogue
     runtime = [p.name for p in ref.float_params if any(p.name in s.expr for s in statements)]
     columns = any(not w.scalar for w in weights)
     reduces = forward.row_reductions or backward.row_reductions
     tier = Tier.ELEMENTWISE if not columns and not reduces else Tier.ROWWISE
-    return Understanding(spec, ref, tier, forward, backward, weights, runtime, output_dtype, "", graph_code)
+    dropin = dropin_mod.find(spec, ref, len(weights), runtime)
+    return Understanding(
+        spec, ref, tier, forward, backward, weights, runtime, output_dtypes, "", graph_code, inputs, outputs, dropin
+    )
 
 
 def _refusal(exc: Unsupported) -> str:
@@ -143,8 +202,9 @@ def _refusal(exc: Unsupported) -> str:
 
 def _refusal_text(reason: str) -> str:
     return (
-        f"tier 3: {reason}. The default engine writes element-wise kernels "
-        "and row-wise reductions over the last dimension (with optional weight/bias of shape (hidden,)). "
+        f"tier 3: {reason}. The default engine writes element-wise kernels and row-wise reductions over the last "
+        "dimension, of one or more tensor inputs and outputs of one shape, with optional parameters and buffers of "
+        "shape (hidden,) or of one element. "
         "This op would need a hand-designed tiling (multi-pass or cross-row reduction, matmul, indexing): "
         "write it with the liger-kernel-dev skill's tier-3 template (cross_entropy.py is the closest pattern)."
     )
@@ -166,35 +226,65 @@ def _weights(module: torch.nn.Module, ref: ReferenceCode, spec: Spec) -> list[We
     out = []
     tensors = [(n, t, True) for n, t in module.named_parameters()] + [(n, t, False) for n, t in module.named_buffers()]
     for key, tensor, learnable in tensors:
-        if tensor.numel() != 1 and tuple(tensor.shape) != (hidden,):
+        small = tensor.dim() == 1 and 1 < tensor.numel() <= MAX_SMALL_PARAM and tensor.numel() != hidden
+        if tensor.numel() != 1 and tuple(tensor.shape) != (hidden,) and not small:
             kind = "parameter" if learnable else "buffer"
             raise PipelineError(
                 f"the reference's {kind} {key} has shape {tuple(tensor.shape)}; the kernel engine handles tensors of "
-                "one element or of shape (hidden,)",
+                f"one element, of shape (hidden,) or of a small shape (k,) (k <= {MAX_SMALL_PARAM}) read element by element",
                 hint="a weight of another shape needs a hand-designed kernel (liger-kernel-dev skill, tier 3)",
             )
         name = _short(key.removeprefix("act.") if spec.kind == SpecKind.ACTIVATION else key)
-        if tensor.numel() == 1:
-            value = float(tensor.detach().float().reshape(-1)[0])
-            out.append(Weight(name, key, True, tuple(tensor.shape), repr(value), learnable))
+        if tensor.numel() == 1 or small:  # loaded once per program; a (k,) one element at a time
+            values = tensor.detach().float().reshape(-1).tolist()
+            init = repr(values[0]) if len(set(values)) == 1 else f"torch.tensor({values!r})"
+            out.append(Weight(name, key, True, tuple(tensor.shape), init, learnable))
             continue
         init = known.get(key) or ("zeros" if bool((tensor == 0).all()) else "ones")
         out.append(Weight(name, key, False, (), init, learnable))
     return out
 
 
-def _probe(module: torch.nn.Module, ref: ReferenceCode, spec: Spec) -> str:
-    """Run the reference eagerly on small real tensors: the bad-input checks that need real values."""
-    x = torch.randn(*PROBE_SHAPE, dtype=torch.float32, requires_grad=True)
+def _probe(module: torch.nn.Module, ref: ReferenceCode, spec: Spec) -> list[str]:
+    """Run the reference eagerly on small real tensors: the bad-input checks that need real values. Returns each
+    output's dtype on bf16 inputs ("input" or "float32")."""
+    inputs = [torch.randn(*PROBE_SHAPE, dtype=torch.float32, requires_grad=True) for _ in ref.inputs]
+    shapes = f"a {PROBE_SHAPE} float32 input" if len(inputs) == 1 else f"{len(inputs)} {PROBE_SHAPE} float32 inputs"
     try:
-        y = module(x)
+        result = module(*inputs)
     except Exception as exc:
         raise PipelineError(
-            f"{spec.text} fails on a ({PROBE_SHAPE[0]}, {PROBE_SHAPE[1]}) float32 input: {type(exc).__name__}: {exc}",
-            hint="the op must take one tensor of shape (..., hidden) as its first argument",
+            f"{spec.text} fails on {shapes}: {type(exc).__name__}: {exc}",
+            hint=f"the op must take {_inputs_phrase(ref)} of shape (..., hidden)",
         ) from exc
+    outputs = list(result) if isinstance(result, (tuple, list)) else [result]
+    for y in outputs:
+        _check_output(y, spec, len(outputs))
+    try:
+        grads = torch.autograd.grad(outputs, inputs, [torch.randn_like(y) for y in outputs], allow_unused=True)
+    except RuntimeError as exc:
+        raise PipelineError(f"{spec.text} is not differentiable: {exc}".strip(), hint="no backward to build") from exc
+    if not any(g is not None and bool(g.abs().sum() > 0) for g in grads):
+        raise PipelineError(
+            f"{spec.text} is not differentiable in any useful sense: its gradient is zero everywhere on random inputs",
+            hint="piecewise-constant ops (round, floor, sign) need no backward kernel",
+        )
+    inputs16 = [torch.randn(*PROBE_SHAPE, dtype=torch.bfloat16) for _ in ref.inputs]
+    with torch.no_grad():
+        result16 = module.to(torch.bfloat16)(*inputs16)
+    module.float()
+    outputs16 = list(result16) if isinstance(result16, (tuple, list)) else [result16]
+    return ["input" if y16.dtype == torch.bfloat16 else "float32" for y16 in outputs16]
+
+
+def _inputs_phrase(ref: ReferenceCode) -> str:
+    return "one tensor" if len(ref.inputs) == 1 else f"{len(ref.inputs)} tensors ({', '.join(ref.inputs)}), each"
+
+
+def _check_output(y, spec: Spec, count: int) -> None:
     if not isinstance(y, torch.Tensor):
-        raise PipelineError(f"{spec.text} returns {type(y).__name__}, not one tensor", hint="kernels have one output")
+        what = "one tensor" if count == 1 else "a tuple of tensors"
+        raise PipelineError(f"{spec.text} returns {type(y).__name__}, not {what}", hint="kernels output tensors")
     if not (y.is_floating_point() or y.is_complex()):
         raise PipelineError(
             f"{spec.text} returns integer/boolean values ({y.dtype}); a kernel with integer outputs has no gradient",
@@ -208,52 +298,53 @@ def _probe(module: torch.nn.Module, ref: ReferenceCode, spec: Spec) -> str:
     if tuple(y.shape) != PROBE_SHAPE:
         raise PipelineError(
             f"tier 3: {spec.text} maps shape {PROBE_SHAPE} to {tuple(y.shape)}; the default engine writes kernels "
-            "whose output has the input's shape",
+            "whose outputs have the input's shape",
             hint="shape-changing ops need a hand-designed kernel (liger-kernel-dev skill, tier 3)",
         )
-    try:
-        (dx,) = torch.autograd.grad(y, x, torch.randn_like(y))
-    except RuntimeError as exc:
-        raise PipelineError(f"{spec.text} is not differentiable: {exc}".strip(), hint="no backward to build") from exc
-    if not bool(dx.abs().sum() > 0):
-        raise PipelineError(
-            f"{spec.text} is not differentiable in any useful sense: its gradient is zero everywhere on random inputs",
-            hint="piecewise-constant ops (round, floor, sign) need no backward kernel",
-        )
-    x16 = torch.randn(*PROBE_SHAPE, dtype=torch.bfloat16)
-    with torch.no_grad():
-        y16 = module.to(torch.bfloat16)(x16)
-    module.float()
-    return "input" if y16.dtype == torch.bfloat16 else "float32"
 
 
-def _trace(cls, ref: ReferenceCode, spec: Spec, weights: list[Weight]):
+def _trace(cls, ref: ReferenceCode, spec: Spec, weights: list[Weight], n_outputs: int):
     module = _instantiate(cls, ref, TRACE_SHAPE[1], sentinels=True).to(torch.bfloat16)
     state = dict(module.named_parameters()) | dict(module.named_buffers())
     keys = [w.state_key for w in weights]
+    n_inputs = len(ref.inputs)
     n_params = sum(w.learnable for w in weights)
     sentinels = {SENTINEL_BASE * (i + 1): p.name for i, p in enumerate(ref.float_params)}
 
-    def joint(x, *rest):
-        *tensors, dy = rest
-        x = x.detach().requires_grad_(True)
+    def joint(*args):
+        inputs = [t.detach().requires_grad_(True) for t in args[:n_inputs]]
+        tensors, dys = args[n_inputs : len(args) - n_outputs], args[len(args) - n_outputs :]
         params = [t.detach().requires_grad_(True) for t in tensors[:n_params]]
         with torch.enable_grad():
-            y = torch.func.functional_call(module, dict(zip(keys, params + tensors[n_params:], strict=True)), (x,))
-            grads = torch.autograd.grad(y, [x, *params], dy, allow_unused=True)
-        return (y, *grads)
+            values = dict(zip(keys, params + list(tensors[n_params:]), strict=True))
+            result = torch.func.functional_call(module, values, tuple(inputs))
+            outputs = list(result) if isinstance(result, (tuple, list)) else [result]
+            grads = torch.autograd.grad(outputs, [*inputs, *params], list(dys), allow_unused=True)
+        return (*outputs, *grads)
 
     decompositions = core_aten_decompositions() | get_decompositions(EXTRA_DECOMPOSITIONS)
-    example = [torch.randn(*TRACE_SHAPE, dtype=torch.bfloat16)]
-    example += [state[k].detach().clone() for k in keys] + [torch.randn(*TRACE_SHAPE, dtype=torch.bfloat16)]
+    example = [torch.randn(*TRACE_SHAPE, dtype=torch.bfloat16) for _ in range(n_inputs)]
+    example += [state[k].detach().clone() for k in keys]
+    example += [torch.randn(*TRACE_SHAPE, dtype=torch.bfloat16) for _ in range(n_outputs)]
     try:
         with reference_mod._target_on_path(ref.repo):
             graph = make_fx(joint, tracing_mode="symbolic", decomposition_table=decompositions)(*example)
     except Exception as exc:
         raise _trace_error(exc, spec) from exc
+    return graph, sentinels
+
+
+def _vector_sizes(graph, placeholders: dict[str, str], weights: list[Weight]) -> dict[str, int]:
+    """The symbolic size the trace gave each small (k,) parameter, and its k."""
+    vectors = {w.name: w.shape[0] for w in weights if w.vector}
+    nodes = [n for n in graph.graph.nodes if n.op == "placeholder" and placeholders[n.name] in vectors]
+    return {str(n.meta["val"].shape[0]): vectors[placeholders[n.name]] for n in nodes}
+
+
+def _placeholder_names(graph, inputs: list[Port], weights: list[Weight], outputs: list[Port]) -> dict[str, str]:
     placeholders = [n.name for n in graph.graph.nodes if n.op == "placeholder"]
-    kernel_names = ["x"] + [w.name for w in weights] + ["dy"]
-    return graph, sentinels, dict(zip(placeholders, kernel_names, strict=True))
+    kernel_names = [i.var for i in inputs] + [w.name for w in weights] + [o.grad_var for o in outputs]
+    return dict(zip(placeholders, kernel_names, strict=True))
 
 
 def _short(param_name: str) -> str:

@@ -194,3 +194,63 @@ def test_an_out_folder_inside_the_checkout_is_refused_before_anything_is_written
     with pytest.raises(PipelineError, match="inside the target checkout"):
         pipeline.run("relu6", liger_checkout.root, out_dir=liger_checkout.root / "out", progress=lambda _: None)
     assert liger_checkout.git.head() == head and liger_checkout.git.dirty_paths() == []
+
+
+SILU_GATE_MUL = "import torch\n\n\ndef silu_gate_mul(a, b):\n    return torch.nn.functional.silu(a) * b\n"
+
+
+@pytest.mark.slow
+def test_a_two_input_op_the_target_has_as_a_function_is_refused_by_running_both(liger_checkout):
+    """silu(a) * b is Liger's liger_swiglu(a, b): found among the functional API by running both on two inputs."""
+    op = liger_checkout.root.parent / "gate.py"
+    op.write_text(SILU_GATE_MUL)
+    lines = []
+    with pytest.raises(PipelineError) as error:
+        pipeline.run(f"{op}:silu_gate_mul", liger_checkout.root, progress=lines.append)
+    assert "liger_kernel.transformers.functional.liger_swiglu" in error.value.message
+    assert any("on 2-input calls" in line for line in lines)
+    assert liger_checkout.git.dirty_paths() == [] and liger_checkout.git.current_branch() == "main"
+
+
+@pytest.mark.slow
+def test_fused_add_rms_norm_from_ligers_own_reference_end_to_end(liger_checkout):
+    """Liger's test_fused_add_rms_norm.py:LlamaAddRMSNorm: two inputs, two outputs (the norm and the sum), a (hidden,)
+    weight whose gradient is a column sum; the module takes LigerFusedAddRMSNorm's constructor (drop-in)."""
+    # --force: LigerFusedAddRMSNorm's kernel (libdevice rsqrt) does not run under this interpreter, so the duplicate
+    # check could not compare the two here anyway (it says so); skipping it keeps this test's time down
+    run = pipeline.run(
+        "test/transformers/test_fused_add_rms_norm.py:LlamaAddRMSNorm",
+        liger_checkout.root,
+        progress=lambda _: None,
+        force=True,
+    )
+    statuses = _statuses(run)
+    assert statuses["checkstyle"] is GateStatus.PASS, run.gates
+    assert statuses["unit tests (CPU, TRITON_INTERPRET=1)"] is GateStatus.PASS, run.gates
+    module = liger_checkout.path("src/liger_kernel/transformers/llama_add_rms_norm.py").read_text()
+    assert "def __init__(self, hidden_size, eps=1e-06, offset=0.0, casting_mode=" in module
+    assert "def forward(self, hidden_states, residual):" in module
+    ops = liger_checkout.path("src/liger_kernel/ops/llama_add_rms_norm.py").read_text()
+    assert "return Y0.view(*shape), Y1.view(*shape)" in ops and "dweight_acc +=" in ops
+    functional = liger_checkout.path("src/liger_kernel/transformers/functional.py").read_text()
+    # liger_fused_add_rms_norm's arguments: Liger's own test of the op runs against this kernel by swapping imports
+    assert 'def liger_llama_add_rms_norm(X, R, W, eps, offset=0.0, casting_mode="llama", in_place=True):' in functional
+    assert 'if [offset, casting_mode] != [0.0, "llama"]:' in ops
+
+
+@pytest.mark.slow
+def test_poly_norm_a_small_weight_read_element_by_element_end_to_end(liger_checkout):
+    """Liger's test_poly_norm.py:NaivePolyNorm: a (3,) weight used as weight[0], weight[1], weight[2] (before,
+    refused: "weight has shape (3,)"); its gradient is three whole-tensor sums stored element by element."""
+    run = pipeline.run(
+        "test/transformers/test_poly_norm.py:NaivePolyNorm", liger_checkout.root, progress=lambda _: None, force=True
+    )
+    statuses = _statuses(run)
+    assert statuses["checkstyle"] is GateStatus.PASS, run.gates
+    assert statuses["unit tests (CPU, TRITON_INTERPRET=1)"] is GateStatus.PASS, run.gates
+    ops = liger_checkout.path("src/liger_kernel/ops/naive_poly_norm.py").read_text()
+    assert "tl.load(weight_ptr + 2).to(tl.float32)" in ops and "tl.store(dweight_ptr + 2, " in ops
+    module = liger_checkout.path("src/liger_kernel/transformers/naive_poly_norm.py").read_text()
+    assert "self.weight = nn.Parameter(torch.full((3,), 0.3333333432674408))" in module
+    functional = liger_checkout.path("src/liger_kernel/transformers/functional.py").read_text()
+    assert "def liger_naive_poly_norm(X, W, B, eps=1e-06, in_place=True):" in functional  # liger_poly_norm's

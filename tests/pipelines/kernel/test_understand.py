@@ -137,11 +137,18 @@ def test_a_functions_further_tensor_arguments_are_inputs_never_guessed_weights(t
     """`silu(a) * b` is Liger's SwiGLU core, two inputs: no name of the second one makes it a learnable (hidden,)
     weight (before, `b` started at zero and was refused as "not differentiable"; `g` was generated as a weight)."""
     source = f"def silu_gate_mul(a, {gate}):\n    return torch.nn.functional.silu(a) * {gate}\n"
-    with pytest.raises(PipelineError) as error:
-        _understand_source(tmp_path, source, "silu_gate_mul")
-    assert f"silu_gate_mul(a, {gate}) takes 2 tensor inputs" in error.value.message
-    assert f"`{gate}: torch.nn.Parameter`" in error.value.hint
-    assert "differentiable" not in error.value.message
+    u = _understand_source(tmp_path, source, "silu_gate_mul")
+    assert u.tier == Tier.ELEMENTWISE and u.weights == []
+    assert [i.name for i in u.inputs] == ["a", gate] == u.reference.inputs
+    assert set(u.forward.loads) == {"a", gate} and list(u.forward.stores) == ["Y"]
+    assert set(u.backward.stores) == {"da", f"d{gate}"}  # each input's gradient, from dy and both saved inputs
+    assert set(u.backward.loads) == {"a", gate, "dy"}
+    assert u.backward.stores[f"d{gate}"] == next(s.var for s in u.backward.stmts if s.expr.startswith("(dy * "))
+
+
+def test_an_input_spelled_like_a_template_variable_is_renamed_in_the_kernel(tmp_path):
+    u = _understand_source(tmp_path, "def gate(x, mask):\n    return x * torch.sigmoid(mask)\n", "gate")
+    assert [(i.name, i.var, i.grad_arg) for i in u.inputs] == [("x", "x0", "dx0"), ("mask", "x1", "dx1")]
 
 
 def test_an_argument_the_code_declares_a_parameter_is_a_learnable_weight(tmp_path):
@@ -149,3 +156,25 @@ def test_an_argument_the_code_declares_a_parameter_is_a_learnable_weight(tmp_pat
     u = _understand_source(tmp_path, source, "silu_gate_mul")
     assert [(w.name, w.learnable) for w in u.weights] == [("g", True)]
     assert "dg" in u.backward.col_sums
+
+
+def test_add_rms_norm_has_two_inputs_two_outputs_and_one_gradient_for_both(liger_checkout):
+    text = "test/transformers/test_fused_add_rms_norm.py:LlamaAddRMSNorm"
+    u = understand.understand(spec.resolve(text, liger_checkout.root), liger_checkout.root)
+    assert u.tier == Tier.ROWWISE
+    assert [i.name for i in u.inputs] == ["hidden_states", "residual"] and [o.arg for o in u.outputs] == ["Y0", "Y1"]
+    assert u.forward.stores["Y1"] == next(s.var for s in u.forward.stmts if s.expr == "(hidden_states + residual)")
+    # the sum feeds both inputs: one value, stored as each one's gradient
+    assert u.backward.stores["dhidden_states"] == u.backward.stores["dresidual"]
+    assert {"dy0", "dy1"} <= set(u.backward.loads) and "dweight" in u.backward.col_sums
+    assert u.dropin.liger_class == "liger_kernel.transformers.fused_add_rms_norm.LigerFusedAddRMSNorm"
+    assert dict(u.dropin.fixed) == {"offset": "0.0", "casting_mode": "'llama'", "init_fn": "'ones'"}
+    assert u.dropin.functional.name == "liger_fused_add_rms_norm"
+    assert u.dropin.functional.call() == "X, R, W, eps, offset, casting_mode, in_place"
+
+
+def test_a_cross_row_sum_of_an_input_is_tier_3_and_not_called_a_parameter_gradient(tmp_path):
+    u = _understand_source(tmp_path, "def f(a, b):\n    return torch.sigmoid(a) * b.sum(0, keepdim=True)\n", "f")
+    assert u.tier == Tier.COMPLEX
+    assert "a sum over the rows (dimension 0) is used inside the computation" in u.refusal
+    assert "parameter gradient" not in u.refusal and "differentiable" not in u.refusal

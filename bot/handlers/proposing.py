@@ -10,7 +10,6 @@ from __future__ import annotations
 
 from bot import permissions
 from bot import proposals
-from bot.permissions import Permission
 from bot.adapters import settings_help
 from bot.commands import PREFIX
 from bot.commands import VERBS
@@ -19,6 +18,7 @@ from bot.commands import CommandError
 from bot.commands import parse_line
 from bot.handlers.commanding import Trigger
 from bot.handlers.commanding import start_job
+from bot.permissions import Permission
 from bot.provider import provider_for
 from pipelines.llm.budget import OverBudget
 from pipelines.outcome import PipelineError

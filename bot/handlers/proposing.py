@@ -16,9 +16,9 @@ from bot.commands import VERBS
 from bot.commands import Command
 from bot.commands import CommandError
 from bot.commands import parse_line
+from bot.forge.base import Permission
 from bot.handlers.commanding import Trigger
 from bot.handlers.commanding import start_job
-from bot.permissions import Permission
 from bot.provider import provider_for
 from pipelines.llm.budget import OverBudget
 from pipelines.outcome import PipelineError

@@ -6,6 +6,7 @@ nothing, then writes it and runs the target's ruff (its pyproject.toml: isort or
 
 from __future__ import annotations
 
+import ast
 import sys
 from dataclasses import dataclass
 from pathlib import Path
@@ -39,6 +40,19 @@ class Changeset:
             path.parent.mkdir(parents=True, exist_ok=True)
             with open(path, "w", newline="") as handle:  # the text carries the file's own line endings
                 handle.write(change.text)
+
+
+def generated_changeset(created: dict[str, str], edited: dict[str, str]) -> Changeset:
+    """New files and edits of the target's own, each checked to parse: a template that renders invalid Python is a
+    bug of this project, never a change to propose."""
+    changes = [FileChange(p, t, created=True) for p, t in created.items()]
+    changes += [FileChange(p, t) for p, t in edited.items()]
+    for change in changes:
+        try:
+            ast.parse(change.text)
+        except SyntaxError as exc:
+            raise RuntimeError(f"generated {change.path} does not parse: {exc}") from exc
+    return Changeset(tuple(changes))
 
 
 def edit_file(root: Path, relative: Path, edit) -> FileChange:

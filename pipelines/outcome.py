@@ -91,3 +91,22 @@ def result_json(profile, branch: str, files: list[str], gates: list[GateResult],
         "gates": [g.to_json() for g in gates],
         **extra,
     }
+
+
+@dataclass
+class PipelineRun:
+    """A file-writing pipeline's run on a checkout (kernel, chunked-loss): the profile it acted on, its branch, the
+    files it wrote, the gates in order and the PR body."""
+
+    profile: object  # the pipeline's profile (anything with to_json)
+    branch: str
+    files: list[str]
+    gates: list[GateResult]
+    pr_body: str
+
+    @property
+    def failed(self) -> bool:
+        return hard_failure(self.gates)
+
+    def to_json(self) -> dict:
+        return result_json(self.profile, self.branch, self.files, self.gates, failed=self.failed)

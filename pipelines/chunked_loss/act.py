@@ -15,7 +15,7 @@ import libcst as cst
 
 from pipelines import render
 from pipelines.changeset import Changeset
-from pipelines.changeset import FileChange
+from pipelines.changeset import generated_changeset
 from pipelines.chunked_loss.reference import PAIRED
 from pipelines.chunked_loss.understand import Understanding
 from pipelines.kernel import exports
@@ -344,13 +344,4 @@ def edit_existing(checkout: Checkout, u: Understanding) -> dict[str, str]:
 
 def build_changeset(checkout: Checkout, u: Understanding) -> Changeset:
     check_no_clash(checkout, u.spec.name)
-    created = render_files(u)
-    edited = edit_existing(checkout, u)
-    changes = [FileChange(p, t, created=True) for p, t in created.items()]
-    changes += [FileChange(p, t) for p, t in edited.items()]
-    for change in changes:
-        try:
-            ast.parse(change.text)
-        except SyntaxError as exc:
-            raise RuntimeError(f"generated {change.path} does not parse: {exc}") from exc
-    return Changeset(tuple(changes))
+    return generated_changeset(render_files(u), edit_existing(checkout, u))

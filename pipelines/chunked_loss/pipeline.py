@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass
 from pathlib import Path
 
 from pipelines import pull_request
@@ -14,27 +13,12 @@ from pipelines.chunked_loss import understand as understand_mod
 from pipelines.chunked_loss import verify as verify_mod
 from pipelines.outcome import GateResult
 from pipelines.outcome import PipelineError
+from pipelines.outcome import PipelineRun
 from pipelines.outcome import gates_table
-from pipelines.outcome import hard_failure
-from pipelines.outcome import result_json
 from pipelines.target import Checkout
 from pipelines.target import open_checkout
 
-
-@dataclass
-class ChunkedLossRun:
-    profile: profile_mod.ChunkedLossProfile
-    branch: str
-    files: list[str]
-    gates: list[GateResult]
-    pr_body: str
-
-    @property
-    def failed(self) -> bool:
-        return hard_failure(self.gates)
-
-    def to_json(self) -> dict:
-        return result_json(self.profile, self.branch, self.files, self.gates, failed=self.failed)
+ChunkedLossRun = PipelineRun  # the name its callers and type hints read
 
 
 def parse_settings(settings: list[str] | tuple[str, ...]) -> dict[str, str]:

@@ -9,13 +9,12 @@ Three forms:
 
 from __future__ import annotations
 
-import ast
-import difflib
 import re
 from dataclasses import dataclass
 from dataclasses import replace
 from pathlib import Path
 
+from pipelines.definitions import named_definition
 from pipelines.kernel.spec import validate_name
 from pipelines.outcome import PipelineError
 
@@ -123,24 +122,5 @@ def loss_name(identifier: str) -> str:
 
 
 def _file_spec(kind: str, text: str, path: Path, qual: str, name: str | None) -> Spec:
-    try:
-        tree = ast.parse(path.read_text(), filename=str(path))
-    except SyntaxError as exc:
-        raise PipelineError(f"{path} does not parse: {exc}") from exc
-    candidates = [
-        n.name for n in tree.body if isinstance(n, (ast.FunctionDef, ast.ClassDef)) and not n.name.startswith("_")
-    ]
-    if not qual:
-        if len(candidates) != 1:
-            raise PipelineError(
-                f"{path} defines {len(candidates)} public functions/classes; say which one",
-                hint=f"{text}:NAME with NAME one of {', '.join(candidates) or '(none)'}",
-            )
-        qual = candidates[0]
-    if qual not in candidates:
-        close = difflib.get_close_matches(qual, candidates, n=3)
-        raise PipelineError(
-            f"{path} defines no function or class {qual!r}",
-            hint=f"did you mean {', '.join(close)}?" if close else f"it defines: {', '.join(candidates) or '(none)'}",
-        )
+    qual = named_definition(path, text, qual)
     return Spec(kind, text, validate_name(name or loss_name(qual)), path, qual)

@@ -6,15 +6,14 @@ so a refusal leaves the target untouched.
 
 from __future__ import annotations
 
-import ast
 import re
 from dataclasses import dataclass
 from pathlib import Path
 
 from pipelines import render
 from pipelines.changeset import Changeset
-from pipelines.changeset import FileChange
 from pipelines.changeset import format_with_target_style
+from pipelines.changeset import generated_changeset
 from pipelines.kernel import exports
 from pipelines.kernel.profile import ELEMENTWISE_BLOCK
 from pipelines.kernel.profile import ELEMENTWISE_WARPS
@@ -211,16 +210,7 @@ def build_changeset(checkout: Checkout, u: Understanding) -> Changeset:
     if u.tier == Tier.COMPLEX:
         raise PipelineError(f"{u.spec.text}: {u.refusal}", hint="the default engine refuses tier-3 ops")
     check_no_clash(checkout, u.spec.name)
-    created = render_files(u)
-    edited = edit_existing(checkout, u)
-    changes = [FileChange(p, t, created=True) for p, t in created.items()]
-    changes += [FileChange(p, t) for p, t in edited.items()]
-    for change in changes:
-        try:
-            ast.parse(change.text)
-        except SyntaxError as exc:
-            raise RuntimeError(f"generated {change.path} does not parse: {exc}") from exc
-    return Changeset(tuple(changes))
+    return generated_changeset(render_files(u), edit_existing(checkout, u))
 
 
 def act(checkout: Checkout, u: Understanding) -> Changeset:

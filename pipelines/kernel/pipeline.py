@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass
 from pathlib import Path
 
 from pipelines import pull_request
@@ -15,27 +14,12 @@ from pipelines.kernel import verify as verify_mod
 from pipelines.kernel.understand import Tier
 from pipelines.outcome import GateResult
 from pipelines.outcome import PipelineError
+from pipelines.outcome import PipelineRun
 from pipelines.outcome import gates_table
-from pipelines.outcome import hard_failure
-from pipelines.outcome import result_json
 from pipelines.target import Checkout
 from pipelines.target import open_checkout
 
-
-@dataclass
-class KernelRun:
-    profile: profile_mod.KernelProfile
-    branch: str
-    files: list[str]
-    gates: list[GateResult]
-    pr_body: str
-
-    @property
-    def failed(self) -> bool:
-        return hard_failure(self.gates)
-
-    def to_json(self) -> dict:
-        return result_json(self.profile, self.branch, self.files, self.gates, failed=self.failed)
+KernelRun = PipelineRun  # the name its callers and type hints read
 
 
 def understand(spec_text: str, repo: str | Path, name: str | None = None):

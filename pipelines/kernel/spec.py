@@ -8,13 +8,13 @@ Three forms, tried in this order:
 
 from __future__ import annotations
 
-import ast
 import difflib
 import keyword
 import re
 from dataclasses import dataclass
 from pathlib import Path
 
+from pipelines.definitions import named_definition
 from pipelines.outcome import PipelineError
 
 _SNAKE = re.compile(r"^[a-z][a-z0-9]*(_[a-z0-9]+)*$")
@@ -102,26 +102,7 @@ def _activation(text: str, name: str | None) -> Spec:
 
 
 def _file_spec(kind: str, text: str, path: Path, qual: str, name: str | None, repo: Path | None) -> Spec:
-    try:
-        tree = ast.parse(path.read_text(), filename=str(path))
-    except SyntaxError as exc:
-        raise PipelineError(f"{path} does not parse: {exc}") from exc
-    candidates = [
-        n.name for n in tree.body if isinstance(n, (ast.FunctionDef, ast.ClassDef)) and not n.name.startswith("_")
-    ]
-    if not qual:
-        if len(candidates) != 1:
-            raise PipelineError(
-                f"{path} defines {len(candidates)} public functions/classes; say which one",
-                hint=f"{text}:NAME with NAME one of {', '.join(candidates) or '(none)'}",
-            )
-        qual = candidates[0]
-    if qual.split(".")[0] not in candidates:
-        close = difflib.get_close_matches(qual, candidates, n=3)
-        raise PipelineError(
-            f"{path} defines no function or class {qual!r}",
-            hint=f"did you mean {', '.join(close)}?" if close else f"it defines: {', '.join(candidates) or '(none)'}",
-        )
+    qual = named_definition(path, text, qual)
     module_path = ""
     if repo is not None:
         rel = path.relative_to(repo)

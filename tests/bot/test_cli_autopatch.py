@@ -107,9 +107,9 @@ def test_bad_input_exits_non_zero_with_a_message_and_leaves_the_checkout_exactly
 
 def test_a_forward_act_cannot_reproduce_is_refused_with_its_evidence(liger_checkout):
     before = snapshot(liger_checkout.root)
-    status, _, err = run(["autopatch", "rwkv", "--repo", str(liger_checkout.root)])
+    status, _, err = run(["autopatch", "trocr", "--repo", str(liger_checkout.root)])  # its loss: labels unshifted
     assert status is ExitStatus.REFUSED
-    assert "calls no self.lm_head" in err and "modeling_rwkv.py:" in err
+    assert "not `self.loss_function`" in err and "modeling_trocr.py:" in err
     assert snapshot(liger_checkout.root) == before
     assert liger_checkout.git.run("branch", "--list").split() == ["*", "main"]
 

@@ -268,16 +268,8 @@ def kernel_act_verify(request: Request, progress: Progress) -> Outcome:
         progress=progress,
         force=request.options.get("force") == "yes",
     )
-    return Outcome(
-        branch=run.branch,
-        gates=list(run.gates),
-        files=list(run.files),
-        pr_title=f"Add {run.profile.module_class_name}: a Triton kernel generated from {request.target}",
-        pr_body=run.pr_body,
-        ok=not run.failed,
-        profile=run.profile.to_json(),
-        verify_target=run.branch.removeprefix(f"{BRANCH_PREFIX}kernel-"),
-    )
+    title = f"Add {run.profile.module_class_name}: a Triton kernel generated from {request.target}"
+    return _run_outcome(run, title, run.branch.removeprefix(f"{BRANCH_PREFIX}kernel-"))
 
 
 def kernel_draft_attempt(request: Request, progress: Progress) -> Outcome:
@@ -384,16 +376,8 @@ def chunked_loss_act_verify(request: Request, progress: Progress) -> Outcome:
         progress=progress,
         settings=request.settings,
     )
-    return Outcome(
-        branch=run.branch,
-        gates=list(run.gates),
-        files=list(run.files),
-        pr_title=f"Add {run.profile.module_class_name}: a chunked loss generated from {request.target}",
-        pr_body=run.pr_body,
-        ok=not run.failed,
-        profile=run.profile.to_json(),
-        verify_target=run.profile.loss_name,
-    )
+    title = f"Add {run.profile.module_class_name}: a chunked loss generated from {request.target}"
+    return _run_outcome(run, title, run.profile.loss_name)
 
 
 def verify_chunked_loss_branch(request: Request, progress: Progress) -> list[GateResult]:
@@ -575,3 +559,17 @@ def settings_help(pipeline: str) -> str:
     from pipelines.autopatch.profile import OVERRIDE_HELP
 
     return OVERRIDE_HELP
+
+
+def _run_outcome(run, pr_title: str, verify_target: str) -> Outcome:
+    """A file-writing pipeline's run (pipelines.outcome.PipelineRun: kernel, chunked-loss) as the job flow's Outcome."""
+    return Outcome(
+        branch=run.branch,
+        gates=list(run.gates),
+        files=list(run.files),
+        pr_title=pr_title,
+        pr_body=run.pr_body,
+        ok=not run.failed,
+        profile=run.profile.to_json(),
+        verify_target=verify_target,
+    )

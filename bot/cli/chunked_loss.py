@@ -4,10 +4,9 @@ the plain way (or a TRL loss type) -> a chunked Liger loss that never holds the 
 
 from __future__ import annotations
 
-import json
-
+from bot.cli.runs import show_profile
+from bot.cli.runs import show_run
 from pipelines.outcome import ExitStatus
-from pipelines.outcome import gates_table
 
 
 def register(subparsers) -> None:
@@ -45,12 +44,9 @@ def chunked_loss_command(args, ui) -> ExitStatus:
     from pipelines.chunked_loss import pipeline  # imports torch: not needed for --help
 
     if args.profile_only:
-        _, _, profile = pipeline.understand(args.spec, args.repo, args.name, args.settings)
-        ui.result(json.dumps(profile.to_json(), indent=2) if args.json else profile.to_markdown())
-        return ExitStatus.OK
-    result = pipeline.run(args.spec, args.repo, args.name, args.out, progress=ui.progress, settings=args.settings)
-    if args.json:
-        ui.result(json.dumps(result.to_json(), indent=2))
-    else:
-        ui.result(f"branch {result.branch}: {len(result.files)} files\n{gates_table(result.gates)}")
-    return ExitStatus.GATE_FAILED if result.failed else ExitStatus.OK
+        return show_profile(ui, pipeline.understand(args.spec, args.repo, args.name, args.settings)[2], args.json)
+    return show_run(
+        ui,
+        pipeline.run(args.spec, args.repo, args.name, args.out, progress=ui.progress, settings=args.settings),
+        args.json,
+    )

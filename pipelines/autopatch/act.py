@@ -174,10 +174,14 @@ class Plan:
     @property
     def tolerance_note(self) -> str:
         kind = "a model with routed experts" if self.moe else "a dense model"
-        note = (
-            f"The convergence entries copy lr and tolerances from Liger's enabled "
-            f"`{REFERENCE_CASES[self.tolerance_family]}` entry of each file ({kind})."
-        )
+        fallback = f"`{REFERENCE_CASES[self.tolerance_family]}` entry of each file ({kind})"
+        note = f"The convergence entries copy lr and tolerances from Liger's enabled {fallback}."
+        if parents := self.profile.identity.derived_from:
+            note += (
+                f" Where a file has an enabled entry for a model that {self.model_type}'s modular file subclasses"
+                f" ({', '.join(parents)}; routed only from routed), its lr is taken and each tolerance is the looser"
+                " of the two entries."
+            )
         if self.moe:  # why the mini router is dense, where a reviewer of the entry would ask
             note += (
                 " Their mini router picks 2 of 2 experts: with a sparse router, the TF32 rounding of Liger's fused"
@@ -1188,19 +1192,51 @@ def edit_convergence(source: str, plan: Plan, dtype: str) -> str:
     )
     source = edits.insert_top_level(source, edits.guarded_setup, f"mini_{x}", setup)
     cases = edits.find_parametrize_list(edits.find_function(ast.parse(source), "test_mini_model"))
-    lr, *tolerances = reference_tolerances(source, cases.elts, plan.tolerance_family, dtype)
+    lr, *tolerances = reference_tolerances(source, cases.elts, plan, dtype)
     param = render.render("autopatch/convergence_param.py.j2", **ctx, lr=lr, dtype=dtype, tolerances=tolerances)
     return edits.insert_element(source, cases.elts, edits.case_name, f"mini_{x}", param.strip().rstrip(","))
 
 
-def reference_tolerances(source: str, cases: list[ast.expr], family: str, dtype: str) -> list[str]:
-    """lr and the six tolerances of this file's enabled entry for REFERENCE_CASES[family], as the target writes them
-    (a commented-out entry is not in the tree, so it is never copied)."""
-    for case in cases:
-        values = case.args if isinstance(case, ast.Call) else getattr(case, "elts", [])
-        if edits.case_name(case) == REFERENCE_CASES[family] and len(values) >= 10:
-            return [ast.get_source_segment(source, value) for value in (values[2], *values[4:10])]
-    return list(TOLERANCES[(family, dtype)])
+def reference_tolerances(source: str, cases: list[ast.expr], plan: Plan, dtype: str) -> list[str]:
+    """lr and the six tolerances of the generated entry, as the target writes them. The family's entry
+    (REFERENCE_CASES, else TOLERANCES) is the floor; where the file has an enabled entry for a model that `plan`'s
+    modular file subclasses (a routed one for a routed model), its lr is taken and each tolerance is the looser of the
+    two: Liger's maintainers tuned that entry to the architecture (mini_granite3's loss rtol 1e-4 for granite's
+    multipliers, where mini_mistral's 1e-5 fails granite_swa on an H200). A commented-out entry is never copied."""
+    values = {name: _segments(source, case) for case in cases if (name := edits.case_name(case))}
+    values = {name: v for name, v in values.items() if len(v) == 7}
+    floor = values.get(REFERENCE_CASES[plan.tolerance_family]) or list(TOLERANCES[(plan.tolerance_family, dtype)])
+    parent = _parent_case(source, list(values), plan)
+    if parent is None:
+        return floor
+    lr, *tolerances = values[parent]
+    return [lr, *(_looser(theirs, ours) for theirs, ours in zip(tolerances, floor[1:], strict=True))]
+
+
+def _looser(theirs: str, ours: str) -> str:
+    """The larger of two tolerances as written; ours where theirs is not a plain number literal."""
+    try:
+        return theirs if float(ast.literal_eval(theirs)) > float(ast.literal_eval(ours)) else ours
+    except (ValueError, TypeError, SyntaxError):
+        return ours
+
+
+def _parent_case(source: str, names: list[str], plan: Plan) -> str | None:
+    setups = edits.mini_model_setups(ast.parse(source))
+    for parent in plan.profile.identity.derived_from:
+        for name in names:
+            setup = setups.get(name)
+            if setup is None or setup.patch_fn != f"apply_liger_kernel_to_{parent}":
+                continue
+            if bool(setup.config_fields & set(ROUTED_EXPERT_FIELDS)) == plan.moe:
+                return name
+    return None
+
+
+def _segments(source: str, case: ast.expr) -> list[str]:
+    """A case's lr and six tolerances (`"mini_x", 32, lr, dtype, loss atol, loss rtol, ...`), as written."""
+    values = case.args if isinstance(case, ast.Call) else getattr(case, "elts", [])
+    return [ast.get_source_segment(source, value) for value in (values[2], *values[4:10])] if len(values) >= 10 else []
 
 
 def _root_apply_import(node: ast.stmt) -> str | None:

@@ -152,6 +152,46 @@ def guarded_setup(node: ast.stmt) -> str | None:
     return None
 
 
+@dataclass(frozen=True)
+class MiniSetup:
+    """One `MINI_MODEL_SETUPS` entry of a convergence file: the patch function it applies and its config's fields."""
+
+    patch_fn: str | None
+    config_fields: frozenset[str]
+
+
+def mini_model_setups(tree: ast.AST) -> dict[str, MiniSetup]:
+    """Every setup, by case name: `"mini_x": MiniModelConfig(...)` in the dict and `MINI_MODEL_SETUPS["mini_x"] = ...`."""
+    pairs: list[tuple[ast.AST, ast.AST]] = []
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Dict):
+            pairs += [(key, value) for key, value in zip(node.keys, node.values, strict=True) if key is not None]
+        elif isinstance(node, ast.Assign) and isinstance(node.targets[0], ast.Subscript):
+            target = node.targets[0]
+            if isinstance(target.value, ast.Name) and target.value.id == "MINI_MODEL_SETUPS":
+                pairs.append((target.slice, node.value))
+    return {
+        name: _mini_setup(value)
+        for key, value in pairs
+        if (name := string_value(key)) and isinstance(value, ast.Call) and _called_name(value) == "MiniModelConfig"
+    }
+
+
+def _mini_setup(call: ast.Call) -> MiniSetup:
+    keywords = {k.arg: k.value for k in call.keywords if k.arg}
+    patch = keywords.get("liger_kernel_patch_func")
+    if isinstance(patch, ast.Call) and patch.args:  # functools.partial(apply_liger_kernel_to_x, ...)
+        patch = patch.args[0]
+    config = keywords.get("mini_model_config")
+    fields = frozenset(k.arg for k in config.keywords if k.arg) if isinstance(config, ast.Call) else frozenset()
+    return MiniSetup(patch.id if isinstance(patch, ast.Name) else None, fields)
+
+
+def _called_name(call: ast.Call) -> str | None:
+    func = call.func
+    return func.id if isinstance(func, ast.Name) else func.attr if isinstance(func, ast.Attribute) else None
+
+
 def find_assignment(tree: ast.AST, name: str) -> ast.Assign:
     for node in ast.walk(tree):
         if isinstance(node, ast.Assign) and any(isinstance(t, ast.Name) and t.id == name for t in node.targets):

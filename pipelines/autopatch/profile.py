@@ -130,6 +130,7 @@ class Identity:
     forward_params: tuple[str, ...] = ()  # CausalLM.forward's parameters, in order, without self
     supported_by: str | None = None  # apply_liger_kernel_to_* when the target already supports it
     source_sha256: str | None = None  # of the modeling file understand read: act refuses a profile of another source
+    derived_from: tuple[str, ...] = ()  # the models its modular file builds on (act copies their test tolerances)
 
 
 # Checks beside the 12 decisions: facts no Liger option expresses, so a patch cannot be generated while one needs
@@ -158,6 +159,7 @@ class Profile:
         ident = asdict(self.identity)
         ident["forward_params"] = list(self.identity.forward_params)
         ident["optional_attrs"] = list(self.identity.optional_attrs)
+        ident["derived_from"] = list(self.identity.derived_from)
         return {
             "model_type": self.identity.model_type,
             "causal_lm_class": self.identity.causal_lm_class,
@@ -176,6 +178,7 @@ class Profile:
             ident = dict(data["identity"])
             ident["forward_params"] = tuple(ident.get("forward_params") or ())
             ident["optional_attrs"] = tuple(ident.get("optional_attrs") or ())
+            ident["derived_from"] = tuple(ident.get("derived_from") or ())
             identity = Identity(**ident)
             decisions = {k: Decision.from_json(v) for k, v in (data.get("decisions") or {}).items()}
             checks = {k: Decision.from_json(v) for k, v in (data.get("checks") or {}).items()}

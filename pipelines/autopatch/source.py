@@ -201,3 +201,27 @@ def configuration_path(module_name: str, config_class: str) -> Path | None:
 @cache
 def load(path: Path) -> SourceFile:
     return SourceFile(path)
+
+
+def modular_parents(modeling: Path, classes: tuple[str, ...]) -> tuple[str, ...]:
+    """The models whose classes `classes` (decoder layer, base model, causal LM: in that order) subclass in
+    `modular_<m>.py`, the file transformers generates the modeling file from (GraniteSWADecoderLayer(
+    GraniteDecoderLayer): granite). Only the classes' bases count: a modular file imports helpers from many models."""
+    modular = modeling.with_name(modeling.name.replace("modeling_", "modular_", 1))
+    if not modular.is_file():
+        return ()
+    tree = ast.parse(modular.read_text())
+    home = {
+        alias.asname or alias.name: node.module.split(".", 1)[0]
+        for node in tree.body
+        if isinstance(node, ast.ImportFrom) and node.level == 2 and node.module and "." in node.module
+        for alias in node.names
+    }
+    bases = {node.name: node.bases for node in tree.body if isinstance(node, ast.ClassDef)}
+    parents: list[str] = []
+    for name in classes:
+        for base in bases.get(name, []):
+            folder = home.get(base.id) if isinstance(base, ast.Name) else None
+            if folder and folder not in parents:
+                parents.append(folder)
+    return tuple(parents)

@@ -33,6 +33,7 @@ from pipelines.autopatch.source import configuration_path
 from pipelines.autopatch.source import dotted_name
 from pipelines.autopatch.source import load
 from pipelines.autopatch.source import modeling_path
+from pipelines.autopatch.source import modular_parents
 from pipelines.autopatch.source import parameters
 from pipelines.autopatch.source import statements
 from pipelines.outcome import PipelineError
@@ -1091,6 +1092,7 @@ def identity(facts: Facts, built: probes.TinyModel) -> Identity:
         optional_attrs=facts.optional_norms,
         rotary_fn=facts.rotary_fn,
         forward_params=parameters(_causal_forward(facts)),
+        derived_from=modular_parents(src.path, (facts.decoder_class, facts.base_class, ref.causal_lm_class)),
     )
 
 

@@ -85,3 +85,34 @@ def test_a_routed_model_s_experts_get_the_mini_expert_width_whatever_field_they_
 
 def test_a_dense_model_keeps_the_mini_mlp_width():
     assert dict(act.convergence_config(act.plan(understand("arcee"))))["intermediate_size"] == "2048"
+
+
+def _generated_entry(plan, liger_template, path: str) -> list[str]:
+    import ast
+
+    from pipelines.autopatch import edits
+
+    dtype = "bfloat16" if "/bf16/" in path else "float32"
+    source = act.edit_convergence((liger_template / path).read_text(), plan, dtype)
+    cases = edits.find_parametrize_list(edits.find_function(ast.parse(source), "test_mini_model")).elts
+    (case,) = [c for c in cases if edits.case_name(c) == f"mini_{plan.model_type}"]
+    return act._segments(source, case)
+
+
+def test_a_model_built_on_granite_gets_the_tolerances_liger_tuned_for_granite(liger_template):
+    # granite_swa failed fp32 loss on an H200 by 4.7e-4 at 10.26 against mini_mistral's rtol 1e-5; Liger's own
+    # mini_granite3 entry has 1e-4 (and a top-k atol of 4e-2 in the plain fp32 file)
+    plan = act.plan(understand("granite_swa"))
+    assert plan.profile.identity.derived_from[0] == "granite"
+    lr, loss_atol, loss_rtol, topk_atol, *_ = _generated_entry(plan, liger_template, act.CONVERGENCE_FILES[2].as_posix())
+    assert (lr, loss_atol, loss_rtol, topk_atol) == ("1e-4", "1e-8", "1e-4", "4e-2")
+    # bf16: mini_granite3's loss atol (1e-2) is tighter than the dense floor (mini_mistral's 5e-2): the floor stays
+    assert _generated_entry(plan, liger_template, act.CONVERGENCE_FILES[0].as_posix())[1] == "5e-2"
+    assert "granite" in plan.tolerance_note and "looser" in plan.tolerance_note
+
+
+def test_a_routed_model_never_takes_a_dense_parent_s_entry(liger_template):
+    # AfmoeForCausalLM subclasses LlamaForCausalLM: mini_llama3's lr 1e-4 is the one that failed MoE models on an H200
+    plan = act.plan(understand("afmoe"))
+    assert "llama" in plan.profile.identity.derived_from and plan.moe
+    assert _generated_entry(plan, liger_template, act.CONVERGENCE_FILES[2].as_posix())[0] == "1e-5"

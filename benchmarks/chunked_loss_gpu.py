@@ -12,9 +12,10 @@ of one forward + backward against the unfused reference, hidden 4096, vocab 1282
 
 Phase 1 runs the verifies side by side (one GPU): peak memory is per process and exact, the times are contended.
 Phase 2, while the deadline allows, runs `python -m pipelines.chunked_loss.bench` alone per loss (leave-one-out
-first) with Liger's own class as a third side (`--against`), for uncontended times and Liger's memory. Reports go to
-OUT/runs/NAME/ (report.json, benchmark.json, verify.log, solo/), the table to OUT/table.md, all rows to
-OUT/summary.json.
+first) with Liger's own class as a third side (`--against`), for uncontended times and Liger's memory. The table goes
+to OUT/table.md, all rows (gates, figures, log tails) to OUT/summary.json after every step, and at the end each loss's
+folder (report.json, benchmark.json/.md, verify.log, solo/) to OUT/runs.tar.gz: three files, as a device call brings
+back at most eight and none below two folders.
 """
 
 from __future__ import annotations
@@ -26,6 +27,7 @@ import shutil
 import signal
 import subprocess
 import sys
+import tarfile
 import threading
 import time
 from concurrent.futures import ThreadPoolExecutor
@@ -76,8 +78,8 @@ def load_json(path: Path) -> dict | None:
         return None
 
 
-def verify(loss: dict, work: Path, out: Path, limit: float) -> dict:
-    runs = out / "runs" / loss["name"]
+def verify(loss: dict, work: Path, runs_dir: Path, limit: float) -> dict:
+    runs = runs_dir / loss["name"]
     runs.mkdir(parents=True, exist_ok=True)
     report = runs / "report.json"
     argv = ["liger-bot", "verify", "--repo", str(work), "--pipeline", "chunked-loss", "--target", loss["name"]]
@@ -92,9 +94,9 @@ def verify(loss: dict, work: Path, out: Path, limit: float) -> dict:
     return row
 
 
-def solo_bench(row: dict, work: Path, out: Path, limit: float) -> None:
+def solo_bench(row: dict, work: Path, runs_dir: Path, limit: float) -> None:
     """The shipped benchmark module alone on the GPU, with Liger's own head as a third side where one exists."""
-    solo = out / "runs" / row["name"] / "solo"
+    solo = runs_dir / row["name"] / "solo"
     solo.mkdir(parents=True, exist_ok=True)
     argv = [sys.executable, "-m", "pipelines.chunked_loss.bench", "--repo", str(work), "--out", str(solo), row["name"]]
     argv += ["--against", row["against"]] if row["against"] else []
@@ -189,11 +191,13 @@ def main(argv: list[str] | None = None) -> int:
     losses = read_losses((args.dest / "losses.txt").read_text())
     losses = [loss for loss in losses if not args.losses or loss["name"] in args.losses]
     work = Path(os.environ.get("WORK", "/tmp/liger-bot-chunked-gpu"))
+    runs_dir = work / "runs"  # outside OUT: a device call brings back 8 files of OUT; runs.tar.gz holds these
+    shutil.rmtree(runs_dir, ignore_errors=True)
     trees = {loss["name"]: clone(args.dest / "lk", loss["branch"], work / loss["name"]) for loss in losses}
     rows: list[dict] = []
 
     def one(loss: dict) -> dict:
-        row = verify(loss, trees[loss["name"]], args.out, min(args.timeout, deadline - time.monotonic()))
+        row = verify(loss, trees[loss["name"]], runs_dir, min(args.timeout, deadline - time.monotonic()))
         with ROWS_LOCK:
             rows.append(row)
         write_summary(args.out, rows)
@@ -209,9 +213,11 @@ def main(argv: list[str] | None = None) -> int:
         if not gpu or broken or left < args.solo_min_s:  # a verify stopped at its limit still gets its benchmark
             row["solo_rc"] = "not run" if gpu else "no GPU benchmark"
             continue
-        solo_bench(row, trees[row["name"]], args.out, left)
+        solo_bench(row, trees[row["name"]], runs_dir, left)
         write_summary(args.out, done)
     write_summary(args.out, done)
+    with tarfile.open(args.out / "runs.tar.gz", "w:gz") as tar:
+        tar.add(runs_dir, arcname="runs")
     print(table(done))
     for row in done:
         for name, gate in row["gates"].items():

@@ -5,14 +5,15 @@
 # of the chunked loss against the unfused reference (and Liger's class), hidden 4096, vocab 128256, 8 x 1,024, bf16.
 #
 # Here (CPU host):   bash benchmarks/chunked_loss_gpu_prepare.sh .chunked
-# Device (one call): run(command="OUT=$OUT bash benchmarks/chunked_loss_gpu.sh .chunked", carry=[".chunked"],
-#                        timeout_s=360)
+# Device (one call): run(command="OUT=$OUT/chunked bash benchmarks/chunked_loss_gpu.sh .chunked",
+#                        carry=[".chunked"], timeout_s=360)
 # Dry run here:      OUT=/tmp/cl-out PYTHON=.venv/bin/python WHEELS='.chunked/wheels/liger_bot-*' \
 #                      bash benchmarks/chunked_loss_gpu.sh .chunked   (the GPU gates SKIP: no CUDA device)
 #
 # Budgets keep it near 300 s: each verify is killed at 230 s, no solo benchmark starts with under 45 s left of the
 # 285 s deadline. Extra arguments go to benchmarks/chunked_loss_gpu.py (--losses, --parallel, --timeout, --deadline).
-# Everything lands in $OUT (runs/NAME/{report.json,benchmark.json,verify.log,solo/}, table.md, summary.json).
+# Everything lands in $OUT as three files (a device call brings back 8 files, 2 folders down): table.md,
+# summary.json (every row: gates, figures, log tails) and runs.tar.gz (each loss's report, benchmark, logs).
 set -uo pipefail
 DEST=${1:-.chunked}
 shift || true

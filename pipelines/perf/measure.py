@@ -3,11 +3,13 @@
     python -m pipelines.perf.measure SPEC.json OUT.json
 
 It runs the kernel's unit tests (in process, pytest), then times every (provider, pass, size) with the target's
-own benchmark framework (`benchmark/scripts/utils.py: run_speed_benchmark`, medians of triton's do_bench) on the
-layers its benchmark script's setup function builds; torch.compile of the reference comes from the same setup. It
-also reads the compiled kernels' registers, spills and shared memory (Triton's CompiledKernel), the bytes each
-pass's kernels touch, and the copy bandwidth ceiling of this GPU; for the launch sweep it times candidate launch
-tables through the variant's `_PERF_LAUNCH`. Everything lands in OUT.json; a crash leaves its traceback there.
+own benchmark framework's passes (`benchmark/scripts/utils.py: run_speed_benchmark`) on the layers its benchmark
+script's setup function builds, each replayed from a CUDA graph (`triton.testing.do_bench_cudagraph`, so the host's
+launch overhead drops out) or, where capture fails, with the framework's do_bench, the method recorded per point;
+torch.compile of the reference comes from the same setup. It also reads the compiled kernels' registers, spills
+and shared memory (Triton's CompiledKernel), the bytes each pass's kernels touch, and the copy bandwidth ceiling of
+this GPU; for the launch sweep it times candidate launch tables through the variant's `_PERF_LAUNCH`. Everything
+lands in OUT.json; a crash leaves its traceback there.
 
 Under TRITON_INTERPRET=1 (the CPU dry run, `liger-bot perf --interpret`, that tests the pipeline itself) times
 are wall-clock medians on the CPU and torch.compile uses the aot_eager backend: no figure of such a run is a
@@ -119,6 +121,8 @@ class Bench:
         self.config = dict(spec["config"])
         self.config["dtype"] = getattr(torch, self.config.get("dtype", "bfloat16"))
         self.providers = {"liger": spec["liger_provider"], "eager": spec["reference_provider"]}
+        self.cudagraph = spec.get("timing", "cudagraph") == "cudagraph"  # "do_bench": the framework's timing only
+        self.methods: dict[str, str] = {}
 
     def build(self, provider: str, rows: int, hidden: int, mode: str = "full"):
         """(input, forward callable) as the script builds them; `compile` wraps the reference in torch.compile."""
@@ -135,10 +139,55 @@ class Bench:
         return x, lambda: self.utils.default_forward_fn(*setup_out)
 
     def time(self, provider: str, rows: int, hidden: int, modes) -> dict[str, float]:
+        """{pass: ms}; how each pass was timed is left in `self.methods[pass]` (see `TIMING_METHODS`)."""
         x, forward = self.build(provider, rows, hidden)
         if interpreting():
+            self.methods = dict.fromkeys(modes, "wall")
             return {mode: wall_ms(forward, mode, x) for mode in modes}
-        return {mode: float(self.utils.run_speed_benchmark(forward, mode, [x]).y_50) for mode in modes}
+        out, self.methods = {}, {}
+        for mode in modes:
+            out[mode], self.methods[mode] = gpu_ms(self.utils, forward, mode, x, self.cudagraph)
+        return out
+
+
+TIMING_METHODS = ("cudagraph", "do_bench", "wall")  # graph replays; the framework's do_bench; the dry run's clock
+
+
+def pass_fn(forward, mode: str):
+    """The pass as one callable, as the framework's run_speed_benchmark times it (backward keeps its graph)."""
+    import torch
+
+    if mode == "forward":
+        return forward
+    if mode == "backward":
+        y = forward()
+        dy = torch.randn_like(y)
+        return lambda: y.backward(dy, retain_graph=True)
+
+    def full():
+        y = forward()
+        y.backward(torch.randn_like(y), retain_graph=True)
+
+    return full
+
+
+def gpu_ms(utils, forward, mode: str, x, cudagraph: bool = True) -> tuple[float, str]:
+    """(median ms, method): the pass replayed from a CUDA graph where it can be captured, so the host's launch and
+    autograd overhead drops out (on the H200 it was most of every size below 4096x16384: backward 1024x4096 took
+    0.361 ms under do_bench for 36 MB); where capture fails, the framework's own do_bench, and the method says so."""
+    import torch
+    import triton
+
+    if cudagraph:
+        try:
+            return float(
+                triton.testing.do_bench_cudagraph(pass_fn(forward, mode), grad_to_none=[x], return_mode="median")
+            ), "cudagraph"
+        except Exception:  # not capturable (a host sync, a CPU tensor, an allocator the graph cannot hold)
+            if torch.cuda.is_available():
+                torch.cuda.synchronize()
+            x.grad = None
+    return float(utils.run_speed_benchmark(forward, mode, [x]).y_50), "do_bench"
 
 
 def touched_bytes(bench: Bench, kernel_module, rows: int, hidden: int) -> dict[str, int]:
@@ -252,8 +301,12 @@ def sweep(bench: Bench, kernel_module, spec: dict, sizes: list[dict]) -> dict:
     groups = rules.sizes_by_block({s["key"]: s["hidden"] for s in sizes})
     results: dict[tuple, dict[str, dict[str, float]]] = {}
     log = []
+    started, limit = time.monotonic(), spec.get("seconds")  # the loop's share of the budget for the sweep
 
     def run(table: dict[str, dict[int, tuple]]) -> None:
+        if table and limit is not None and time.monotonic() - started > limit:
+            log.append({"table": str(table), "skipped": f"the sweep's {limit:.0f} s were spent"})
+            return
         kernel_module._PERF_LAUNCH = {
             p: {b: c for b, c in table.get(p, {}).items() if c != rules.DEFAULT} for p in passes
         }
@@ -344,12 +397,15 @@ def measure(spec: dict) -> dict:
         out["sweep"] = sweep(bench, kernel_module, spec["sweep"], sizes)
         return out
     times: dict[str, dict[str, dict[str, float]]] = {}
+    methods: dict[str, dict[str, dict[str, str]]] = {}
     for provider in spec["providers"]:
         times[provider] = {mode: {} for mode in spec["passes"]}
+        methods[provider] = {mode: {} for mode in spec["passes"]}
         for size in sizes:
             for mode, ms in bench.time(provider, size["rows"], size["hidden"], spec["passes"]).items():
                 times[provider][mode][size["key"]] = ms
-    out["times"] = times
+                methods[provider][mode][size["key"]] = bench.methods[mode]
+    out["times"], out["methods"] = times, methods
     if spec.get("facts"):
         out["facts"] = compiled_facts(kernel_module, exclude=from_tests)
     if spec.get("bytes"):

@@ -18,6 +18,7 @@ import sys
 import time
 from dataclasses import dataclass
 from dataclasses import field
+from dataclasses import replace
 from pathlib import Path
 
 from pipelines.changeset import checkstyle_gate
@@ -77,6 +78,7 @@ class VariantRecord:
     tests: dict = field(default_factory=dict)
     skipped: str = ""  # not applicable: why (costs no variant)
     facts: list = field(default_factory=list)  # the variant's compiled kernels: registers, spills, shared memory
+    methods: dict | None = None  # {pass: {size: "cudagraph" | "do_bench" | "wall"}}: how each point was timed
 
     def to_json(self) -> dict:
         verdict = self.verdict
@@ -89,6 +91,7 @@ class VariantRecord:
             "reasons": list(verdict.reasons) if verdict else [self.skipped] if self.skipped else [],
             "tests": self.tests,
             "times": self.times,
+            "methods": self.methods,
         }
 
 
@@ -103,6 +106,7 @@ class PerfRun:
     pr_body: str
     out_dir: Path
     seconds: float
+    not_judged: tuple = ()  # (pass, size, why): measured and shown, never the basis of a rejection
 
     @property
     def failed(self) -> bool:
@@ -117,6 +121,7 @@ class PerfRun:
             "branch": self.branch,
             "files": [str(self.profile.source.files.ops)] if self.branch else [],
             "gates": [g.to_json() for g in self.gates],
+            "not_judged": [{"pass": p, "size": s, "why": why} for p, s, why in self.not_judged],
             "failed": self.failed,
             "seconds": round(self.seconds, 1),
         }
@@ -293,7 +298,21 @@ def measure_baseline(checkout: Checkout, profile: PerfProfile, options: Options,
 # --- optimise -----------------------------------------------------------------------------------------------------
 
 
-RECHECK_ROUNDS = 3  # alternating rounds of v0 and a variant before a regression rejects it
+RECHECK_ROUNDS = 3  # at most this many alternating rounds of v0 and a variant before a regression rejects it
+
+
+def make_rules(profile: PerfProfile, options: Options) -> rules_mod.Rules:
+    """The loop's rules for this run: the skill's guardrails, with the baseline's launch-bound points not judged."""
+    targets = tuple(s.key for s in profile.target_sizes)
+    measured = profile.measured
+    not_judged = rules_mod.launch_bound(
+        measured.get("times", {}).get("liger", {}), measured.get("bytes", {}), measured.get("copy_gbps"), targets
+    )
+    if options.interpret:  # a dry run's wall clock is never launch-bound by this measure: judge as before
+        not_judged = ()
+    return rules_mod.Rules(
+        options.target_pass, targets, options.target_speedup, options.max_variants, not_judged=not_judged
+    )
 
 
 @dataclass
@@ -309,7 +328,11 @@ class Loop:
     times: dict[str, dict] = field(default_factory=dict)
     records: list[VariantRecord] = field(default_factory=list)
     state: rules_mod.LoopState = field(default_factory=rules_mod.LoopState)
-    deadline: float | None = None  # time.monotonic() after which no variant starts
+    deadline: float | None = None  # clock() after which no variant starts
+    sweep_deadline: float | None = None  # clock() by which the launch sweep (v1) is done, re-timing included
+    clock: object = time.monotonic
+    sweeping: bool = False  # the first launch sweep is being tried: its re-timing ends by sweep_deadline
+    child_s: float = 0.0  # wall seconds of the last variant's child: what one re-timing costs at most
 
     @property
     def ops(self) -> Path:
@@ -321,7 +344,7 @@ class Loop:
 
     def stopped(self) -> str | None:
         reason = rules_mod.stop_reason(self.rules, self.state)
-        if reason is None and self.deadline is not None and time.monotonic() > self.deadline:
+        if reason is None and self.deadline is not None and self.clock() > self.deadline:
             return f"time budget of {self.options.budget_s:g} s spent"
         return reason
 
@@ -335,8 +358,10 @@ class Loop:
             report.notes_before(name, title, based_on, hypothesis, changes, expected, self.profile, self.out_dir)
         )
         spec = {**base_spec(self.checkout, self.profile), "tests": self.test_spec(self.options.tests_k), "facts": True}
+        started = self.clock()
         with installed(self.checkout, self.ops, text):
             result = run_child(self.checkout, self.out_dir, name, spec)
+        self.child_s = self.clock() - started
         tests = result.get("tests") or {"ok": "error" not in result, "summary": result.get("error", "")[-300:]}
         times = result.get("times", {}).get("liger")
         if "error" in result:
@@ -349,6 +374,7 @@ class Loop:
         met = times is not None and rules_mod.target_met(self.rules, times, self.compiled)
         self.state = rules_mod.advance(self.rules, self.state, name, verdict, met)
         record = VariantRecord(name, title, based_on, verdict, times, tests, facts=result.get("facts") or [])
+        record.methods = (result.get("methods") or {}).get("liger")
         self.records.append(record)
         if times is not None:
             self.times[name] = times
@@ -365,20 +391,39 @@ class Loop:
         points = rules_mod.regressed_points(self.rules, self.times["v0"], times)
         if not points or self.options.interpret:  # a dry run's wall clock claims nothing: no second look either
             return verdict
+        rounds_allowed = rules_mod.recheck_rounds(self.clock(), self.recheck_end(name), self.child_s, RECHECK_ROUNDS)
+        if rounds_allowed == 0:
+            self.progress(f"{name}: {len(points)} regressed point(s) not timed again: no budget left for it")
+            return replace(verdict, reasons=(*verdict.reasons, "not re-timed: the budget's share for it was spent"))
         keys = {size for _, size, _ in points}
         spec = {**base_spec(self.checkout, self.profile), "tests": None, "facts": False}
         spec["sizes"] = [s for s in spec["sizes"] if s["key"] in keys]
         spec["passes"] = sorted({p for p, _, _ in points})
         rounds: dict[str, list] = {"v0": [], name: []}
-        for round_index in range(RECHECK_ROUNDS):
+        for round_index in range(rounds_allowed):
             for label, kernel_text in (("v0", self.original), (name, text)):
                 with installed(self.checkout, self.ops, kernel_text):
                     result = run_child(self.checkout, self.out_dir, f"{name}_recheck{round_index}_{label}", spec)
                 if "error" in result:
                     return verdict
                 rounds[label].append(result["times"]["liger"])
-        self.progress(f"{name}: {len(points)} regressed point(s) timed again in {RECHECK_ROUNDS} alternating rounds")
+        self.progress(f"{name}: {len(points)} regressed point(s) timed again in {rounds_allowed} alternating rounds")
         return rules_mod.rejudge(self.rules, self.times["v0"], self.times[based_on], times, rounds["v0"], rounds[name])
+
+    def recheck_end(self, name: str) -> float | None:
+        """When re-timing `name`'s regressions must be done by: v1 within the sweep's share, a structural variant
+        within RECHECK_SHARE of what is left, so the next variant still starts (None: no budget given)."""
+        if self.deadline is None:
+            return None
+        if self.sweeping and self.sweep_deadline is not None:
+            return self.sweep_deadline
+        return self.clock() + rules_mod.RECHECK_SHARE * max(0.0, self.deadline - self.clock())
+
+    def plan_budget(self) -> None:
+        """Split what is left of the budget: SWEEP_SHARE for the launch sweep, the rest for structural variants."""
+        if self.deadline is not None:
+            now = self.clock()
+            self.sweep_deadline = now + rules_mod.SWEEP_SHARE * max(0.0, self.deadline - now)
 
     def test_spec(self, k: str | None) -> dict:
         return {"file": str(self.profile.source.files.test), "k": k}
@@ -397,6 +442,9 @@ class Loop:
             return
         spec = {**base_spec(self.checkout, self.profile), "passes": ["forward", "backward"]}
         spec["sweep"] = {"warps": [4, 8, 16, 32], "stages": [1, 2, 3, 4], "min_gain": self.rules.min_gain}
+        if self.sweep_deadline is not None and self.state.variants == 0:
+            window = max(0.0, self.sweep_deadline - self.clock())
+            spec["sweep"]["seconds"] = round(rules_mod.SWEEP_CHILD_SHARE * window, 1)
         with installed(self.checkout, self.ops, probe):
             result = run_child(self.checkout, self.out_dir, f"sweep{self.state.variants + 1}", spec)
         if "error" in result:
@@ -405,6 +453,13 @@ class Loop:
         else:
             table = {p: {int(b): tuple(c) for b, c in t.items()} for p, t in result["sweep"]["table"].items()}
         text = catalogue.launch_table(base, {"table": table, "gpu": self.gpu})
+        self.sweeping = self.state.variants == 0
+        try:
+            self._try_sweep(title, text, table)
+        finally:
+            self.sweeping = False
+
+    def _try_sweep(self, title: str, text: str, table: dict) -> None:
         chosen = report.table_text(table) or "the kernel's own settings everywhere (no candidate beat them by 1%)"
         self.try_variant(
             title,
@@ -433,6 +488,7 @@ class Loop:
 def optimise(loop: Loop) -> str:
     if loop.stopped():
         return loop.stopped()
+    loop.plan_budget()
     loop.sweep("Launch sweep")
     loop.structural()
     if not loop.stopped() and loop.state.best not in ("v0", "v1"):
@@ -511,8 +567,9 @@ def run(kernel: str, repo: str | Path, options: Options | None = None, out_dir=N
     (out_dir / f"original_{kernel}.py").write_text(original)
     measure_baseline(checkout, profile, options, out_dir, progress)
     (out_dir / "profile.md").write_text(profile.to_markdown())
-    targets = tuple(s.key for s in profile.target_sizes)
-    rules = rules_mod.Rules(options.target_pass, targets, options.target_speedup, options.max_variants)
+    rules = make_rules(profile, options)
+    for pass_name, size, why in rules.not_judged:
+        progress(f"not judged: {pass_name} {size}: {why}")
     loop = Loop(checkout, profile, options, out_dir, progress, rules, original)
     if options.budget_s is not None:
         loop.deadline = time.monotonic() - (time.perf_counter() - started) + options.budget_s
@@ -528,7 +585,7 @@ def run(kernel: str, repo: str | Path, options: Options | None = None, out_dir=N
             branch = ""
     body = report.pr_body(loop, stop, gates)
     (out_dir / "pr_body.md").write_text(body)
-    result = PerfRun(profile, loop.records, loop.state.best, stop, branch, gates, body, out_dir, 0.0)
+    result = PerfRun(profile, loop.records, loop.state.best, stop, branch, gates, body, out_dir, 0.0, rules.not_judged)
     result.seconds = time.perf_counter() - started
     (out_dir / "run.json").write_text(json.dumps(result.to_json(), indent=1))
     return result

@@ -59,19 +59,48 @@ def _delta(new, old) -> str:
     return f"{(new / old - 1) * 100:+.1f}%" if new and old else "-"
 
 
+def judged_cell(rules: rules_mod.Rules, pass_name: str, size: str) -> str:
+    """'judged', or 'not judged: WHY' for a point the guardrails leave out (launch-bound in the baseline)."""
+    why = next((w for p, s, w in rules.not_judged if p == pass_name and s == size), None)
+    return "judged" if why is None else f"not judged: {why}"
+
+
+def method_of(methods: dict | None, pass_name: str, size: str) -> str:
+    return ((methods or {}).get(pass_name) or {}).get(size) or "-"
+
+
+def baseline_methods(loop) -> dict | None:
+    return (loop.profile.measured.get("methods") or {}).get("liger")
+
+
+def not_judged_list(rules: rules_mod.Rules) -> str:
+    """The points measured but never the basis of a rejection, with the reason (empty when every point is judged)."""
+    if not rules.not_judged:
+        return ""
+    lines = [f"- {p} {s}: not judged: {why}" for p, s, why in rules.not_judged]
+    head = (
+        f"Not judged (shown, never the basis of a rejection; a point is launch-bound when its baseline takes over "
+        f"{rules_mod.LAUNCH_BOUND_K:g}x what its bytes need at the copy ceiling, or under "
+        f"{rules_mod.LAUNCH_FLOOR_US:g} us):"
+    )
+    return "\n".join([head, "", *lines]) + "\n"
+
+
 def notes_after(record, baseline: dict, rules: rules_mod.Rules, compiled: dict) -> str:
     lines = ["## Actual results", ""]
     if record.times is None:
         lines.append(f"TESTS FAILED: {record.tests.get('summary', '')}")
     else:
         lines.append(f"Tests: {record.tests.get('summary', '')}")
-        lines += ["", "| pass | size | v0 ms | this ms | vs v0 | torch.compile ms |", "|---|---|---|---|---|---|"]
+        lines += ["", "| pass | size | v0 ms | this ms | vs v0 | torch.compile ms | timing | judged |"]
+        lines.append("|---|---|---|---|---|---|---|---|")
         for pass_name, by_size in record.times.items():
             for size, ms in by_size.items():
                 old = baseline.get(pass_name, {}).get(size)
                 lines.append(
                     f"| {pass_name} | {size} | {old:.4f} | {ms:.4f} | {_delta(ms, old)} "
-                    f"| {compiled.get(pass_name, {}).get(size, math.nan):.4f} |"
+                    f"| {compiled.get(pass_name, {}).get(size, math.nan):.4f} "
+                    f"| {method_of(record.methods, pass_name, size)} | {judged_cell(rules, pass_name, size)} |"
                 )
     if record.facts:
         lines += ["", facts_table(record.facts)]
@@ -129,27 +158,33 @@ def comparison(loop) -> str:
         rows.append(
             f"| {record.name} | {record.title} | {record.based_on} | {' | '.join(cells)} | {record.verdict.status} {why} |"
         )
-    return "\n".join(rows) + "\n"
+    listed = not_judged_list(loop.rules)
+    return "\n".join(rows) + "\n" + (f"\n{listed}" if listed else "")
 
 
 def before_after(loop) -> str:
     v0, best = loop.times["v0"], loop.times[loop.state.best]
     measured = loop.profile.measured["times"]
     rows = [
-        f"bf16 medians of the target's benchmark framework (`run_speed_benchmark`) on {loop.gpu}; "
+        f"bf16 medians of the target's benchmark framework's passes on {loop.gpu} (timing before / after: "
+        f"`cudagraph` = replayed from a CUDA graph, `do_bench` = the framework's do_bench where capture failed); "
         f"before = Liger as it is, after = {loop.state.best}",
         "",
-        "| pass | rows x hidden | before ms | after ms | speedup | torch eager ms | torch.compile ms | after vs compile |",
-        "|---|---|---|---|---|---|---|---|",
+        "| pass | rows x hidden | before ms | after ms | speedup | torch eager ms | torch.compile ms "
+        "| after vs compile | timing | judged |",
+        "|---|---|---|---|---|---|---|---|---|---|",
     ]
+    record = next((r for r in loop.records if r.name == loop.state.best), None)
     for pass_name in PASSES:
         for size in v0.get(pass_name, {}):
             old, new = v0[pass_name][size], best[pass_name][size]
             eager = measured["eager"][pass_name][size]
             compiled = measured["compile"][pass_name][size]
+            after_method = method_of(record.methods if record else None, pass_name, size)
+            timing = f"{method_of(baseline_methods(loop), pass_name, size)} / {after_method}"
             rows.append(
                 f"| {pass_name} | {size} | {old:.4f} | {new:.4f} | {old / new:.2f}x | {eager:.4f} | {compiled:.4f} "
-                f"| {compiled / new:.2f}x |"
+                f"| {compiled / new:.2f}x | {timing} | {judged_cell(loop.rules, pass_name, size)} |"
             )
     return "\n".join(rows) + "\n"
 
@@ -185,12 +220,14 @@ def pr_body(loop, stop: str, gates) -> str:
 
 def _baseline_table(loop) -> str:
     measured = loop.profile.measured["times"]
-    rows = ["| pass | rows x hidden | liger ms | torch eager ms | torch.compile ms |", "|---|---|---|---|---|"]
+    rows = ["| pass | rows x hidden | liger ms | torch eager ms | torch.compile ms | timing | judged |"]
+    rows.append("|---|---|---|---|---|---|---|")
     for pass_name in PASSES:
         for size, ms in measured["liger"].get(pass_name, {}).items():
             rows.append(
                 f"| {pass_name} | {size} | {ms:.4f} | {measured['eager'][pass_name][size]:.4f} "
-                f"| {measured['compile'][pass_name][size]:.4f} |"
+                f"| {measured['compile'][pass_name][size]:.4f} | {method_of(baseline_methods(loop), pass_name, size)} "
+                f"| {judged_cell(loop.rules, pass_name, size)} |"
             )
     return "\n".join(rows) + "\n"
 

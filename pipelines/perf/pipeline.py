@@ -306,7 +306,11 @@ def make_rules(profile: PerfProfile, options: Options) -> rules_mod.Rules:
     targets = tuple(s.key for s in profile.target_sizes)
     measured = profile.measured
     not_judged = rules_mod.launch_bound(
-        measured.get("times", {}).get("liger", {}), measured.get("bytes", {}), measured.get("copy_gbps"), targets
+        measured.get("times", {}).get("liger", {}),
+        measured.get("bytes", {}),
+        measured.get("copy_gbps"),
+        targets,
+        measured.get("methods", {}).get("liger"),
     )
     if options.interpret:  # a dry run's wall clock is never launch-bound by this measure: judge as before
         not_judged = ()

@@ -54,23 +54,29 @@ class Rules:
         return not any(p == pass_name and s == size for p, s, _ in self.not_judged)
 
 
-# A point is launch-bound when its baseline takes more than LAUNCH_BOUND_K times what its bytes need at the copy
-# ceiling measured in the same run, or less than LAUNCH_FLOOR_US whatever its bytes. K = 4 (25% of the copy
-# ceiling) from the H200 runs of issue 12 (benchmarks/NOTES.md): the points that are host-bound by their own
-# evidence (slower than a size with more bytes: backward 1024x4096 0.361 ms vs 8192x4096 0.237 ms, full 4096x4096
-# 0.810 vs 8192x4096 0.619) sat at 6.2x (forward 2048x4096) to 43x (backward 1024x4096) their bound, while the
-# sizes the bytes dominate ran at 1.1x (forward 4096x16384), 1.9x (forward 8192x4096), 2.7x (full 4096x16384),
-# 3.0x (backward 4096x16384) and 3.7x (backward 8192x4096), and the slowest row-wise backward measured at a large
-# size ran at 26% of copy (3.8x): K = 4 keeps every one of those judged. The floor is for CUDA-graph timings, where
-# host overhead is gone: under 10 us a pass is two or three launches' latency, and 5% of it is launch jitter.
+# A point is launch-bound when it takes less than LAUNCH_FLOOR_US, or, when it was timed with the host in the loop
+# (do_bench, not a CUDA graph), more than LAUNCH_BOUND_K times what its bytes need at the copy ceiling measured in
+# the same run. K = 4 (25% of the copy ceiling) from the H200 runs of issue 12 (benchmarks/NOTES.md): the points
+# that are host-bound by their own evidence (slower than a size with more bytes: backward 1024x4096 0.361 ms vs
+# 8192x4096 0.237 ms, full 4096x4096 0.810 vs 8192x4096 0.619) sat at 6.2x (forward 2048x4096) to 43x (backward
+# 1024x4096) their bound, while the sizes the bytes dominate ran at 1.1x to 3.7x, and the slowest row-wise backward
+# measured at a large size ran at 26% of copy (3.8x). Under a CUDA graph the host is out of the timing, and a point
+# far from its bytes bound is a slow kernel, which is exactly what a variant must not make slower: only the floor
+# applies there (under 10 us a pass is two or three launches' latency, and 5% of it is launch jitter).
 LAUNCH_BOUND_K = 4.0
 LAUNCH_FLOOR_US = 10.0
+HOST_TIMED = ("do_bench", "wall")
 
 
 def launch_bound(
-    baseline: Times, touched: Mapping[str, Mapping[str, int]], copy_gbps: float | None, keep: Iterable[str] = ()
+    baseline: Times,
+    touched: Mapping[str, Mapping[str, int]],
+    copy_gbps: float | None,
+    keep: Iterable[str] = (),
+    methods: Mapping[str, Mapping[str, str]] | None = None,
 ) -> tuple[tuple[str, str, str], ...]:
     """(pass, size, why) for each baseline point that is launch-bound; sizes in `keep` (the targets) always judged.
+    `methods` ({pass: {size: method}}) says how each point was timed; a point without one counts as host-timed.
     Without the copy ceiling or a point's bytes only the floor applies."""
     out = []
     for pass_name, by_size in baseline.items():
@@ -80,10 +86,11 @@ def launch_bound(
             us = ms * 1e3
             n_bytes = touched.get(size, {}).get(pass_name)
             bound_us = n_bytes / (copy_gbps * 1e9) * 1e6 if n_bytes and copy_gbps else None
+            host_timed = (methods or {}).get(pass_name, {}).get(size, "do_bench") in HOST_TIMED
             if us < LAUNCH_FLOOR_US:
                 out.append((pass_name, size, f"launch-bound, {us:.0f} us under the {LAUNCH_FLOOR_US:.0f} us floor"))
-            elif bound_us is not None and us > LAUNCH_BOUND_K * bound_us:
-                out.append((pass_name, size, f"launch-bound, {us:.0f} us vs {bound_us:.0f} us bound"))
+            elif host_timed and bound_us is not None and us > LAUNCH_BOUND_K * bound_us:
+                out.append((pass_name, size, f"launch-bound, {us:.0f} us vs {bound_us:.0f} us bound, host-timed"))
     return tuple(out)
 
 

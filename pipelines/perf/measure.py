@@ -164,9 +164,12 @@ def pass_fn(forward, mode: str):
         dy = torch.randn_like(y)
         return lambda: y.backward(dy, retain_graph=True)
 
+    # the gradient is drawn once, outside the timed function: a random draw inside a CUDA graph capture fails, and
+    # leaves the generator unusable for the do_bench fallback ("Offset increment outside graph capture", H200)
+    dy = torch.randn_like(forward())
+
     def full():
-        y = forward()
-        y.backward(torch.randn_like(y), retain_graph=True)
+        forward().backward(dy, retain_graph=True)
 
     return full
 

@@ -219,7 +219,8 @@ def test_a_point_is_timed_from_a_cuda_graph_and_falls_back_to_do_bench_when_capt
         return graph["ms"]
 
     cuda = types.SimpleNamespace(is_available=lambda: False, synchronize=lambda: None)
-    monkeypatch.setitem(sys.modules, "torch", types.SimpleNamespace(cuda=cuda, randn_like=lambda y: y))
+    draws = []
+    monkeypatch.setitem(sys.modules, "torch", types.SimpleNamespace(cuda=cuda, randn_like=draws.append))
     monkeypatch.setitem(
         sys.modules,
         "triton",
@@ -232,6 +233,11 @@ def test_a_point_is_timed_from_a_cuda_graph_and_falls_back_to_do_bench_when_capt
     assert measure.gpu_ms(FakeUtils(), lambda: y, "full", x) == (0.25, "do_bench") and x.grad is None
     graph["ms"] = 0.125
     assert measure.gpu_ms(FakeUtils(), lambda: y, "forward", x, cudagraph=False) == (0.25, "do_bench")
+    # the passes draw their gradient once, before the graph: a random draw under capture breaks the generator
+    draws.clear()
+    pass_ = measure.pass_fn(lambda: y, "full")
+    pass_(), pass_()
+    assert len(draws) == 1
 
 
 def test_the_sweep_child_stops_trying_configs_when_its_seconds_are_spent(monkeypatch):

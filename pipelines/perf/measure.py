@@ -4,7 +4,7 @@
 
 It runs the kernel's unit tests (in process, pytest), then times every (provider, pass, size) with the target's
 own benchmark framework's passes (`benchmark/scripts/utils.py: run_speed_benchmark`) on the layers its benchmark
-script's setup function builds, each replayed from a CUDA graph (`triton.testing.do_bench_cudagraph`, so the host's
+script's setup function builds, each replayed from a CUDA graph (`graph_ms`, after triton's do_bench_cudagraph, so the host's
 launch overhead drops out) or, where capture fails, with the framework's do_bench, the method recorded per point;
 torch.compile of the reference comes from the same setup. It also reads the compiled kernels' registers, spills
 and shared memory (Triton's CompiledKernel), the bytes each pass's kernels touch, and the copy bandwidth ceiling of
@@ -154,7 +154,8 @@ TIMING_METHODS = ("cudagraph", "do_bench", "wall")  # graph replays; the framewo
 
 
 def pass_fn(forward, mode: str):
-    """The pass as one callable, as the framework's run_speed_benchmark times it (backward keeps its graph)."""
+    """The pass as one callable, as the framework's run_speed_benchmark times it (backward keeps its graph). Call
+    it on the stream the pass is to be captured on: a backward runs on its forward's stream."""
     import torch
 
     if mode == "forward":
@@ -163,7 +164,6 @@ def pass_fn(forward, mode: str):
         y = forward()
         dy = torch.randn_like(y)
         return lambda: y.backward(dy, retain_graph=True)
-
     # the gradient is drawn once, outside the timed function: a random draw inside a CUDA graph capture fails, and
     # leaves the generator unusable for the do_bench fallback ("Offset increment outside graph capture", H200)
     dy = torch.randn_like(forward())
@@ -174,19 +174,61 @@ def pass_fn(forward, mode: str):
     return full
 
 
+GRAPH_REP_MS = 20  # unrolled calls per graph: about this much GPU time (do_bench_cudagraph's default)
+GRAPH_REPLAYS = 10
+
+
+def graph_ms(forward, mode: str, x) -> float:
+    """Median ms of one call of the pass, replayed from a CUDA graph of about GRAPH_REP_MS of unrolled calls.
+    Not triton's do_bench_cudagraph: that captures on a stream of its own, while a backward's kernels run on the
+    stream of its forward, built before; the capture then fails (it did on the H200). Here the forward, the
+    warm-up and the capture share one side stream."""
+    import statistics
+
+    import torch
+
+    stream = torch.cuda.Stream()
+    stream.wait_stream(torch.cuda.current_stream())
+    with torch.cuda.stream(stream):
+        fn = pass_fn(forward, mode)
+        fn()
+        x.grad = None
+        start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+        start.record()
+        for _ in range(5):
+            fn()
+        end.record()
+        torch.cuda.synchronize()
+        repeat = max(1, min(1000, int(GRAPH_REP_MS / max(start.elapsed_time(end) / 5, 1e-3))))
+        graph = torch.cuda.CUDAGraph()
+        with torch.cuda.graph(graph, stream=stream):
+            for _ in range(repeat):
+                x.grad = None
+                fn()
+        torch.cuda.synchronize()
+        times = []
+        for _ in range(GRAPH_REPLAYS):
+            start.record()
+            graph.replay()
+            end.record()
+            torch.cuda.synchronize()
+            times.append(start.elapsed_time(end) / repeat)
+    torch.cuda.current_stream().wait_stream(stream)
+    x.grad = None
+    return statistics.median(times)
+
+
 def gpu_ms(utils, forward, mode: str, x, cudagraph: bool = True) -> tuple[float, str]:
     """(median ms, method): the pass replayed from a CUDA graph where it can be captured, so the host's launch and
     autograd overhead drops out (on the H200 it was most of every size below 4096x16384: backward 1024x4096 took
     0.361 ms under do_bench for 36 MB); where capture fails, the framework's own do_bench, and the method says so."""
     import torch
-    import triton
 
     if cudagraph:
         try:
-            return float(
-                triton.testing.do_bench_cudagraph(pass_fn(forward, mode), grad_to_none=[x], return_mode="median")
-            ), "cudagraph"
-        except Exception:  # not capturable (a host sync, a CPU tensor, an allocator the graph cannot hold)
+            return graph_ms(forward, mode, x), "cudagraph"
+        except Exception as exc:  # not capturable (a host sync, a CPU tensor, an allocator the graph cannot hold)
+            print(f"perf: {mode} not captured in a CUDA graph ({type(exc).__name__}: {exc}); do_bench", file=sys.stderr)
             if torch.cuda.is_available():
                 torch.cuda.synchronize()
             x.grad = None

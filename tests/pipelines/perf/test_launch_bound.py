@@ -209,23 +209,19 @@ class FakeUtils:
 
 
 def test_a_point_is_timed_from_a_cuda_graph_and_falls_back_to_do_bench_when_capture_fails(monkeypatch):
-    """torch and triton stand-ins (no GPU here): the graph's time where capture works, do_bench's where it raises."""
+    """A torch stand-in (no GPU here): the graph's time where capture works, do_bench's where it raises."""
     graph = {"ms": 0.125}
 
-    def do_bench_cudagraph(fn, **kwargs):
+    def graph_ms(forward, mode, x):
         if graph["ms"] is None:
             raise RuntimeError("operation not permitted when stream is capturing")
-        fn()
+        measure.pass_fn(forward, mode)()
         return graph["ms"]
 
     cuda = types.SimpleNamespace(is_available=lambda: False, synchronize=lambda: None)
     draws = []
     monkeypatch.setitem(sys.modules, "torch", types.SimpleNamespace(cuda=cuda, randn_like=draws.append))
-    monkeypatch.setitem(
-        sys.modules,
-        "triton",
-        types.SimpleNamespace(testing=types.SimpleNamespace(do_bench_cudagraph=do_bench_cudagraph)),
-    )
+    monkeypatch.setattr(measure, "graph_ms", graph_ms)
     x = types.SimpleNamespace(grad="stale")
     y = types.SimpleNamespace(backward=lambda dy, retain_graph: None)
     assert measure.gpu_ms(FakeUtils(), lambda: y, "backward", x) == (0.125, "cudagraph")

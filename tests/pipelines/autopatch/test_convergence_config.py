@@ -104,15 +104,52 @@ def test_a_model_built_on_granite_gets_the_tolerances_liger_tuned_for_granite(li
     # mini_granite3 entry has 1e-4 (and a top-k atol of 4e-2 in the plain fp32 file)
     plan = act.plan(understand("granite_swa"))
     assert plan.profile.identity.derived_from[0] == "granite"
-    lr, loss_atol, loss_rtol, topk_atol, *_ = _generated_entry(plan, liger_template, act.CONVERGENCE_FILES[2].as_posix())
+    lr, loss_atol, loss_rtol, topk_atol, *_ = _generated_entry(
+        plan, liger_template, act.CONVERGENCE_FILES[2].as_posix()
+    )
     assert (lr, loss_atol, loss_rtol, topk_atol) == ("1e-4", "1e-8", "1e-4", "4e-2")
     # bf16: mini_granite3's loss atol (1e-2) is tighter than the dense floor (mini_mistral's 5e-2): the floor stays
     assert _generated_entry(plan, liger_template, act.CONVERGENCE_FILES[0].as_posix())[1] == "5e-2"
     assert "granite" in plan.tolerance_note and "looser" in plan.tolerance_note
 
 
-def test_a_routed_model_never_takes_a_dense_parent_s_entry(liger_template):
-    # AfmoeForCausalLM subclasses LlamaForCausalLM: mini_llama3's lr 1e-4 is the one that failed MoE models on an H200
-    plan = act.plan(understand("afmoe"))
-    assert "llama" in plan.profile.identity.derived_from and plan.moe
-    assert _generated_entry(plan, liger_template, act.CONVERGENCE_FILES[2].as_posix())[0] == "1e-5"
+SETUPS = """
+MINI_MODEL_SETUPS = {
+    "mini_llama3": MiniModelConfig(liger_kernel_patch_func=apply_liger_kernel_to_llama, mini_model_config=LlamaConfig()),
+}
+MINI_MODEL_SETUPS["mini_qwen3_moe"] = MiniModelConfig(
+    liger_kernel_patch_func=functools.partial(apply_liger_kernel_to_qwen3_moe, fused_linear_cross_entropy=False),
+    mini_model_config=Qwen3MoeConfig(num_experts=8),
+)
+CASES = [
+    pytest.param("mini_llama3", 32, 1e-4, torch.float32, 1e-8, 2e-5, 5e-3, 1e-5, 5e-3, 1e-5),
+    ("mini_mistral", 32, 1e-4, torch.float32, 1e-8, 1e-5, 5e-3, 1e-5, 5e-3, 1e-5),
+    ("mini_qwen3_moe", 32, 1e-5, torch.float32, 1e-5, 1e-3, 5e-3, 1e-2, 5e-3, 1e-5),
+]
+"""
+
+
+def _tolerances(derived_from: tuple[str, ...], moe: bool) -> list[str]:
+    import ast
+    import types
+
+    identity = types.SimpleNamespace(derived_from=derived_from)
+    plan = types.SimpleNamespace(profile=types.SimpleNamespace(identity=identity), moe=moe)
+    plan.tolerance_family = "moe" if moe else "dense"
+    (cases,) = [
+        n.value.elts
+        for n in ast.parse(SETUPS).body
+        if isinstance(n, ast.Assign) and getattr(n.targets[0], "id", "") == "CASES"
+    ]
+    return act.reference_tolerances(SETUPS, cases, plan, "float32")
+
+
+def test_a_parent_s_entry_loosens_the_floor_and_a_routed_model_never_takes_a_dense_parent_s():
+    assert _tolerances((), moe=False) == ["1e-4", "1e-8", "1e-5", "5e-3", "1e-5", "5e-3", "1e-5"]  # mini_mistral
+    # built on llama: mini_llama3's lr, and its loss rtol 2e-5 (looser than mistral's); none tighter than the floor
+    assert _tolerances(("llama",), moe=False) == ["1e-4", "1e-8", "2e-5", "5e-3", "1e-5", "5e-3", "1e-5"]
+    # AfmoeForCausalLM subclasses LlamaForCausalLM: a dense entry's lr 1e-4 failed MoE models on an H200
+    assert _tolerances(("llama",), moe=True) == ["1e-5", "1e-5", "1e-3", "5e-3", "1e-2", "5e-3", "1e-5"]
+    # a routed parent (the setup's config names its experts) is taken for a routed model
+    assert _tolerances(("mistral", "qwen3_moe"), moe=True)[0] == "1e-5"
+    assert _tolerances(("qwen3_moe",), moe=False) == _tolerances((), moe=False)

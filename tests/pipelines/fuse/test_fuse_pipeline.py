@@ -37,24 +37,16 @@ def test_fuse_refuses_a_malformed_spec(liger_checkout):
     assert status == ExitStatus.REFUSED and "path/to/model.py:Factory" in err.getvalue()
 
 
-def test_demo_recsys_json_has_the_documented_fields():
-    out, err = io.StringIO(), io.StringIO()
-    status = program(["demo", "recsys", "--device", "cpu", "--steps", "3", "--json"], {}, out, err)
-    assert status == ExitStatus.OK, err.getvalue()
-    result = json.loads(out.getvalue())
+def test_demo_recsys_on_cpu_runs_from_a_plain_shell(liger_bot_exe):
+    # a user's shell has no TRITON_INTERPRET: the CLI imports triton for the GPU before the demo starts, so the
+    # kernels must run in a process that had the interpreter on from its start
+    env = {k: v for k, v in os.environ.items() if k != "TRITON_INTERPRET"}
+    command = [liger_bot_exe, "demo", "recsys", "--device", "cpu", "--steps", "3", "--json"]
+    done = subprocess.run(command, env=env, capture_output=True, text=True, timeout=300, check=False)
+    assert done.returncode == 0, done.stderr[-3000:]
+    result = json.loads(done.stdout)  # the documented fields (one run of the demo for both checks: suite time)
     assert {"device", "eager_ms", "compile_ms", "pass_ms", "replaced", "loss_max_abs_diff", "grads_match"} <= set(
         result
     )
     assert result["replaced"] == {"loop_slice_mean_stack": 1} and result["grads_match"] is True
     assert result["loss_max_abs_diff"] < 1e-5 and result["pass_graphs_compiled"] <= 2
-
-
-def test_demo_recsys_on_cpu_runs_from_a_plain_shell(liger_bot_exe):
-    # a user's shell has no TRITON_INTERPRET: the CLI imports triton for the GPU before the demo starts, so the
-    # kernels must run in a process that had the interpreter on from its start
-    env = {k: v for k, v in os.environ.items() if k != "TRITON_INTERPRET"}
-    command = [liger_bot_exe, "demo", "recsys", "--device", "cpu", "--steps", "2", "--json"]
-    done = subprocess.run(command, env=env, capture_output=True, text=True, timeout=300, check=False)
-    assert done.returncode == 0, done.stderr[-3000:]
-    result = json.loads(done.stdout)
-    assert result["replaced"] == {"loop_slice_mean_stack": 1} and result["grads_match"] is True

@@ -47,10 +47,10 @@ def _cell(value) -> str:
 
 
 def profile_table(profile: dict, pipeline: str = "autopatch") -> str:
-    """The profile as its pipeline's adapter tabulates it (autopatch: the 12 decisions)."""
-    from bot.adapters import profile_table as table_of
+    """The profile as its pipeline tabulates it (autopatch: the 12 decisions)."""
+    from pipelines import registry
 
-    return table_of(pipeline, profile)
+    return registry.profile_table(pipeline, profile)
 
 
 def gate_table(gates: list[dict]) -> str:

@@ -5,10 +5,10 @@ lease on the job it runs and renews it; a worker that dies stops renewing, and a
 the job from the stage it was in (understand and act+verify are re-run from the default branch; the push and
 the PR are found again by branch name) or, after `max_resumes`, fails it with a message and the next command.
 
-Every pipeline runs the same flow (`run_change_job`); `bot.adapters.PIPELINES` says how each one understands,
-acts and verifies, and JOB_FLOWS maps each verb that starts work to its flow (with `bot.commands.VERBS`, the
-verb registry). The adapters run understand and act + verify in a child process with an allow-listed environment
-(bot.isolation): those stages run the target repository's code, and this process holds the App's key and tokens.
+Every pipeline of `pipelines.registry` runs the same flow (`run_change_job`); its row (pipelines.contract) says
+how it understands, acts and verifies, and `flow_for` maps each verb that starts work to its flow (JOB_FLOWS holds
+the verbs that are no pipeline: scan). The worker runs a row's understand and act + verify in a child process with
+an allow-listed environment (bot.isolation): those stages run the target repository's code, and this process holds the App's key and tokens.
 With `runner: {kind: actions}` in the repo config, the worker pushes the branch, dispatches the
 verify workflow and parks the job (verifying, its lease held by the workflow); `workflow_run.completed` or,
 failing that, the lease running out brings it back to `resume_verification`, which reads the run's report.
@@ -33,11 +33,6 @@ from bot import explain
 from bot import handlers
 from bot import status
 from bot import tier3
-from bot.adapters import PIPELINES
-from bot.adapters import Adapter
-from bot.adapters import Outcome
-from bot.adapters import Request
-from bot.adapters import no_settings
 from bot.commands import VERBS
 from bot.commands import command_text
 from bot.figures import Figures
@@ -47,6 +42,7 @@ from bot.forge.base import ForgeError
 from bot.forge.base import RateLimited
 from bot.forge.base import RepoRef
 from bot.forge.base import WorkflowRun
+from bot.isolation import in_child
 from bot.jobs import IllegalTransition
 from bot.jobs import Job
 from bot.jobs import JobState
@@ -63,6 +59,11 @@ from bot.scan import STARTABLE
 from bot.scan import call_understand
 from bot.scan import render_dashboard
 from bot.scan import scan
+from pipelines import registry
+from pipelines.contract import Outcome
+from pipelines.contract import Pipeline
+from pipelines.contract import Request
+from pipelines.contract import no_settings
 from pipelines.outcome import GateResult
 from pipelines.outcome import PipelineError
 from pipelines.outcome import gates_table
@@ -70,7 +71,6 @@ from pipelines.target import Checkout
 from pipelines.target import open_checkout
 
 log = logging.getLogger(__name__)
-BRANCH_PREFIX = "liger-bot/"
 TRANSIENT_RETRY_DELAY = 30.0
 MAX_TRANSIENT_RETRIES = 5
 # A parked job's lease, held by the GPU workflow: the workflow's own timeout (90 min) plus time queued for a runner.
@@ -214,7 +214,7 @@ def waiting_for_workflow(job: Job) -> bool:
 
 
 def run_change_job(worker: Worker, job: Job) -> None:
-    """understand -> [checkpoint] -> act + verify -> push -> PR, for every pipeline of bot.adapters."""
+    """understand -> [checkpoint] -> act + verify -> push -> PR, for every pipeline of pipelines.registry."""
     if job.job_state is JobState.QUEUED:
         job = worker.enter(job, JobState.UNDERSTANDING)
     if job.job_state is JobState.UNDERSTANDING:
@@ -232,17 +232,15 @@ def run_scan_job(worker: Worker, job: Job) -> None:
         worker.scan_stage(job)
 
 
-JOB_FLOWS: dict[str, JobFlow] = {
-    **{name: JobFlow(adapter.validate_settings, run_change_job) for name, adapter in PIPELINES.items()},
-    "scan": JobFlow(no_settings, run_scan_job),
-}
+# The verbs that start work but are no pipeline of the registry; every pipeline's verb runs `run_change_job`.
+JOB_FLOWS: dict[str, JobFlow] = {"scan": JobFlow(no_settings, run_scan_job)}
 
 
 def flow_for(verb: str) -> JobFlow:
-    try:
+    """The verb's flow; a PipelineError for a verb no pipeline runs."""
+    if verb in JOB_FLOWS:
         return JOB_FLOWS[verb]
-    except KeyError:
-        raise PipelineError(f"no pipeline runs `{verb}` yet") from None
+    return JobFlow(registry.pipeline(verb).validate_settings, run_change_job)
 
 
 # --- the worker --------------------------------------------------------------------------------------------
@@ -255,7 +253,8 @@ class Worker:
         self.config = runtime.config
         self.name = name or f"{socket.gethostname()}:{os.getpid()}:{threading.get_ident()}"
         self.workspace = runtime.workspace or GitWorkspace(self.config.work_dir)
-        self.pipelines: dict[str, Adapter] = dict(PIPELINES)  # tests swap a row for a small real pipeline
+        # each registry row, its stages in a child (bot.isolation); tests swap a row for a small real pipeline
+        self.pipelines: dict[str, Pipeline] = {name: in_child(name) for name in registry.names()}
         self.scan_understand: Callable | None = None  # None: the real understand, for every model
 
     # deliveries ------------------------------------------------------------------------------------------
@@ -368,11 +367,9 @@ class Worker:
         status.note_config_problems(self.store, self.store.get(job.id), config.problems)
         return config
 
-    def adapter(self, job: Job) -> Adapter:
-        try:
-            return self.pipelines[job.verb]
-        except KeyError:
-            raise PipelineError(f"no pipeline runs `{job.verb}` yet") from None
+    def pipeline(self, job: Job) -> Pipeline:
+        """The job's pipeline row; one registered since this worker started is run too (in a child)."""
+        return self.pipelines.get(job.verb) or in_child(job.verb)
 
     def request(self, job: Job, checkout: Checkout, approved: bool = False) -> Request:
         """`approved`: act on the profile kept on the job (shown at the checkpoint), not a new understand."""
@@ -383,7 +380,7 @@ class Worker:
     def understand_stage(self, job: Job) -> Job:
         checkout, _ = self.fresh_checkout(job)
         request = tier3.allow_drafts(self, job, self.request(job, checkout))  # tier 3 for the provider, if on
-        understood = self.adapter(job).understand(request)
+        understood = self.pipeline(job).understand(request)
         self.heartbeat(job.id)
         fields = {"profile": understood.profile, "branch": understood.branch}
         if not understood.branch:  # nothing to propose (a fuse with every chain matched): say so and stop
@@ -414,7 +411,7 @@ class Worker:
         checkout, base = self.fresh_checkout(job)
         progress = Progress(self, job.id)
         request = self.request(job, checkout, approved=True)
-        outcome = tier3.act_verify(self, job, self.adapter(job), request, progress)  # the adapter's, or drafts
+        outcome = tier3.act_verify(self, job, self.pipeline(job), request, progress)  # the pipeline's, or drafts
         gates = [_gate_json(g) for g in outcome.gates] or progress.gates
         job = self.enter(self.store.get(job.id), JobState.VERIFYING)
         result = {k: v for k, v in (job.result or {}).items() if k not in ("dispatched", "workflow_run")}
@@ -465,15 +462,13 @@ class Worker:
         self.workspace.discard_job(job.id)
 
     def _pr_body(self, job: Job, body: str) -> str:
-        from bot.adapters import profile_table
-
         gates = (job.result or {}).get("gates") or []
         parts = [body or f"Generated by liger-bot for `{job.target}`."]
         if (job.result or {}).get("explanation"):
             parts.append(status.explanation(job.result["explanation"]))
         if gates and "| check |" not in body.lower():
             parts.append(status.gate_table(gates))
-        table = profile_table(job.verb, job.profile) if job.profile else ""
+        table = registry.profile_table(job.verb, job.profile) if job.profile else ""
         if table and f"| {table.split('|')[1].strip().lower()} |" not in body.lower():  # the body has none yet
             parts.append(table)
         parts.append(

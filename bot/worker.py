@@ -50,7 +50,6 @@ from bot.runners import VERIFY_WORKFLOW
 from bot.runners import ActionsRunner
 from bot.runners import Dispatched
 from bot.runners import RunnerKind
-from bot.runners import VerifyReport
 from bot.runners import VerifyRequest
 from bot.runtime import Context
 from bot.runtime import Runtime
@@ -66,7 +65,7 @@ from pipelines.contract import Request
 from pipelines.contract import no_settings
 from pipelines.outcome import GateResult
 from pipelines.outcome import PipelineError
-from pipelines.outcome import gates_table
+from pipelines.outcome import Report
 from pipelines.target import Checkout
 from pipelines.target import open_checkout
 
@@ -175,10 +174,6 @@ def _gate_json(gate) -> dict:
         "status": str(_field(gate, "status")),
         "detail": str(_field(gate, "detail", "")),
     }
-
-
-def _hard_failures(gates: list[dict]) -> list[dict]:
-    return [g for g in gates if str(g.get("status")).upper().endswith("FAIL") and g.get("hard", True)]
 
 
 class Progress:
@@ -392,7 +387,7 @@ class Worker:
         job = self.store.get(job.id)
         review = list(understood.needs_review)
         if review or (job.checkpoint and not config.autonomous):
-            job = explain.explain(self, self.store.update(job.id, **fields), []) if review else job
+            job = explain.explain(self, self.store.update(job.id, **fields)) if review else job
             why = f"needs review: {', '.join(review)}. " if review else ""
             correct = "correct a decision with `/liger set field=value`, " if VERBS[job.verb].takes_settings else ""
             return self.enter(
@@ -419,9 +414,9 @@ class Worker:
         job = self.store.update(
             job.id, result=result, branch=outcome.branch or job.branch, profile=outcome.profile or job.profile
         )
-        failures = _hard_failures(gates)
+        failures = Report.from_records(gates).failures
         if failures or not outcome.ok:
-            names = ", ".join(g["name"] for g in failures) or "a hard gate"
+            names = ", ".join(g.name for g in failures) or "a hard gate"
             job = explain.explain(self, job, failures)  # the provider's plain words, where it is on
             return self.fail(job, f"verify failed: {names}. Nothing was pushed.", _retry_command(job))
         job = self._push(job, checkout)
@@ -564,11 +559,11 @@ class Worker:
             result.pop("workflow_run", None)
             self._park(job, result, f"ignored workflow run {run.id} ({problem}); still waiting")
             return
-        local = result.get("gates") or []
-        merged = _merge_gates(local, [g.to_record() for g in report.gates])
-        result |= {"gates": merged, "workflow_run": {"id": run.id, "conclusion": run.conclusion}}
+        local = Report.from_records(result.get("gates") or [])
+        merged = local.merged(Report(report.gates))
+        result |= {"gates": merged.records(), "workflow_run": {"id": run.id, "conclusion": run.conclusion}}
         job = self.store.update(job.id, result=result)
-        failures = _hard_failures(merged)
+        failures = merged.failures
         if failures:
             why = "; ".join(_failure_line(g) for g in failures)
             message = (
@@ -698,25 +693,14 @@ def _retry_command(job: Job) -> str:
     return command_text(job.verb, job.target or None, job.overrides, job.options or {})
 
 
-def _failure_line(gate: dict) -> str:
-    detail = (str(gate.get("detail") or "").strip().splitlines() or [""])[0][:200]
-    return f"{gate['name']}: {detail}" if detail else gate["name"]
+def _failure_line(gate: GateResult) -> str:
+    detail = gate.headline[:200]
+    return f"{gate.name}: {detail}" if detail else gate.name
 
 
-def _merge_gates(local: list[dict], remote: list[dict]) -> list[dict]:
-    """The runner's verdict wins gate by gate (a GPU PASS replaces the worker's SKIP); its other gates follow."""
-    merged = {gate["name"]: gate for gate in local}
-    merged.update((gate["name"], gate) for gate in remote)
-    return list(merged.values())
-
-
-def _gate_results(gates: list[dict]) -> list[GateResult]:
-    return list(VerifyReport.from_json({"job_id": "", "gates": gates}).gates)
-
-
-def _with_gate_table(body: str, before: list[dict], after: list[dict]) -> str:
+def _with_gate_table(body: str, before: Report, after: Report) -> str:
     """The PR body the pipeline wrote, its verify table brought up to the merged verdict."""
-    old = gates_table(_gate_results(before)) if before else ""
+    old = before.table() if before.gates else ""
     if old and old in body:
-        return body.replace(old, gates_table(_gate_results(after)))
+        return body.replace(old, after.table())
     return body

@@ -8,7 +8,8 @@ the PR are found again by branch name) or, after `max_resumes`, fails it with a 
 Every pipeline of `pipelines.registry` runs the same flow (`run_change_job`); its row (pipelines.contract) says
 how it understands, acts and verifies, and `flow_for` maps each verb that starts work to its flow (JOB_FLOWS holds
 the verbs that are no pipeline: scan). The worker runs a row's understand and act + verify in a child process with
-an allow-listed environment (bot.isolation): those stages run the target repository's code, and this process holds the App's key and tokens.
+an allow-listed environment (bot.isolation): those stages run the target repository's code, and this process
+holds the App's key and tokens.
 With `runner: {kind: actions}` in the repo config, the worker pushes the branch, dispatches the
 verify workflow and parks the job (verifying, its lease held by the workflow); `workflow_run.completed` or,
 failing that, the lease running out brings it back to `resume_verification`, which reads the run's report.

@@ -36,8 +36,9 @@ def location(name: str) -> str:
         raise PipelineError(f"no pipeline runs `{name}` yet") from None
 
 
-def resolve(location_: str) -> Pipeline:
-    module, _, attribute = location_.partition(":")
+def resolve(where: str) -> Pipeline:
+    """The row at `module:ATTRIBUTE`."""
+    module, _, attribute = where.partition(":")
     return getattr(importlib.import_module(module), attribute)
 
 

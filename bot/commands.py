@@ -1,8 +1,8 @@
 """The `/liger` command grammar: pure functions from comment text to commands, and the verb registry.
 
-A later pipeline plugs in by adding one row to VERBS (verb -> pipeline, required permission, help line) and an
-adapter to `bot.adapters.PIPELINES`; `/liger help` is rendered from this table. What a verb's target may be (a
-model name, a kernel spec, a model file) is a row of TARGETS, checked before anything becomes a path. Text inside
+A pipeline plugs in with one line of `pipelines.registry`: its row's words (pipelines.contract.Usage) become its
+verb here, which starts work with write access; `/liger help` is rendered from this table. What a verb's target may
+be (a model name, a kernel spec, a model file) is a row of TARGETS, checked before anything becomes a path. Text inside
 fenced or indented code blocks, inline code, HTML blocks, `<details>` and `>` quotes (with their lazy continuation
 lines) is never a command: people quote commands when they explain them, and a quote-reply must never turn an
 outsider's text into the quoter's command (`bot.rendered` judges lines the way GitHub renders them).
@@ -12,10 +12,13 @@ from __future__ import annotations
 
 import re
 import shlex
+from collections.abc import Iterator
+from collections.abc import Mapping
 from dataclasses import dataclass
 
 from bot import rendered
 from bot.forge.base import Permission
+from pipelines import registry
 
 PREFIX = "/liger"
 MAX_COMMANDS_PER_COMMENT = 5
@@ -52,88 +55,78 @@ class Verb:
         return self.target is not None
 
 
-VERBS: dict[str, Verb] = {
-    verb.name: verb
-    for verb in (
-        Verb("help", "", "show this help", Permission.NONE),
-        Verb(
-            "autopatch",
-            "MODEL [--set field=value ...]",
-            "profile MODEL, then (after `/liger approve`) patch it into the target, verify it and open a draft PR",
-            Permission.WRITE,
-            pipeline="autopatch",
-            target="model",
-            takes_settings=True,
-        ),
-        Verb(
-            "kernel",
-            "SPEC [--name NAME] [--force]",
-            "turn a PyTorch op (a transformers activation such as `relu2`, or `path/in/repo.py:function`) into a "
-            "Triton kernel with its module, tests and benchmark; verify it and open a draft PR",
-            Permission.WRITE,
-            pipeline="kernel",
-            target="kernel spec",
-            options=("name", "force"),
-        ),
-        Verb(
-            "chunked-loss",
-            "SPEC [--name NAME] [--set field=value ...]",
-            "turn a preference loss (`path/in/repo.py:Class_or_function`, or a TRL loss type such as `trl:dpo:ipo`) "
-            "into a chunked Liger loss that never holds the full logits, with its tests and benchmark; verify it and "
-            "open a draft PR",
-            Permission.WRITE,
-            pipeline="chunked-loss",
-            target="loss spec",
-            takes_settings=True,
-            options=("name",),
-        ),
-        Verb(
-            "perf",
-            "KERNEL [--pass PASS] [--target-speedup X]",
-            "make an existing kernel of the target (`fused_add_rms_norm`, `rms_norm`, a generated one) faster on a GPU "
-            "for PASS (`forward`, `backward` (default) or `full`): profile, launch sweep, structural variants under the "
-            "skill's guardrails; open a draft PR with the winner",
-            Permission.WRITE,
-            pipeline="perf",
-            target="kernel name",
-            options=("pass", "target-speedup"),
-        ),
-        Verb(
-            "fuse",
-            "path/in/repo.py:Factory",
-            "trace the model `Factory()` returns and write a torch.compile pass for its largest unmatched chain of "
-            "ops; verify it against eager and open a draft PR",
-            Permission.WRITE,
-            pipeline="fuse",
-            target="model file",
-        ),
-        Verb("approve", "", "continue the job waiting at its checkpoint in this thread", Permission.WRITE),
-        Verb(
-            "set",
-            "field=value ...",
-            "override profile decisions of this thread's job (on the bot's PR: re-run act and verify)",
-            Permission.WRITE,
-            takes_settings=True,
-        ),
-        Verb(
-            "confirm",
-            "",
-            "run the command liger-bot proposed for a request in plain words in this thread (the optional LLM "
-            "provider); the command's own permission applies",
-            Permission.WRITE,
-        ),
-        Verb("status", "", "show where this thread's job stands", Permission.NONE),
-        Verb("cancel", "", "cancel this thread's active job", Permission.WRITE),
-        Verb("retry", "", "start this thread's last failed or cancelled job again", Permission.WRITE),
-        Verb(
-            "scan",
-            "",
-            "classify every causal LM of transformers against the target; update the dashboard issue",
-            Permission.WRITE,
-            pipeline="scan",
-        ),
+# The verbs that are no pipeline of the registry, in help's order; each pipeline's verb comes after `help`.
+_HELP = Verb("help", "", "show this help", Permission.NONE)
+_THREAD_VERBS = (
+    Verb("approve", "", "continue the job waiting at its checkpoint in this thread", Permission.WRITE),
+    Verb(
+        "set",
+        "field=value ...",
+        "override profile decisions of this thread's job (on the bot's PR: re-run act and verify)",
+        Permission.WRITE,
+        takes_settings=True,
+    ),
+    Verb(
+        "confirm",
+        "",
+        "run the command liger-bot proposed for a request in plain words in this thread (the optional LLM "
+        "provider); the command's own permission applies",
+        Permission.WRITE,
+    ),
+    Verb("status", "", "show where this thread's job stands", Permission.NONE),
+    Verb("cancel", "", "cancel this thread's active job", Permission.WRITE),
+    Verb("retry", "", "start this thread's last failed or cancelled job again", Permission.WRITE),
+    Verb(
+        "scan",
+        "",
+        "classify every causal LM of transformers against the target; update the dashboard issue",
+        Permission.WRITE,
+        pipeline="scan",
+    ),
+)
+
+
+def pipeline_verb(name: str) -> Verb:
+    """A registry pipeline's `/liger <name>`, in the words its row gives; starting work needs write access."""
+    usage = registry.pipeline(name).usage
+    return Verb(
+        name,
+        usage.arguments,
+        usage.help,
+        Permission.WRITE,
+        pipeline=name,
+        target=usage.target,
+        takes_settings=usage.takes_settings,
+        options=usage.options,
     )
-}
+
+
+class _VerbTable(Mapping[str, Verb]):
+    """verb -> Verb: `help`, one per pipeline of `pipelines.registry` (read again when the registry changes), then
+    the thread's verbs. Reading the rows' words imports no pipeline's heavy modules."""
+
+    def __init__(self) -> None:
+        self._key: tuple = ()
+        self._verbs: dict[str, Verb] = {}
+
+    def _table(self) -> dict[str, Verb]:
+        key = tuple(registry.PIPELINES.items())
+        if key != self._key:
+            verbs = (_HELP, *(pipeline_verb(name) for name in registry.names()), *_THREAD_VERBS)
+            self._verbs, self._key = {verb.name: verb for verb in verbs}, key
+        return self._verbs
+
+    def __getitem__(self, name: str) -> Verb:
+        return self._table()[name]
+
+    def __iter__(self) -> Iterator[str]:
+        return iter(self._table())
+
+    def __len__(self) -> int:
+        return len(self._table())
+
+
+VERBS: Mapping[str, Verb] = _VerbTable()
 
 
 @dataclass(frozen=True)

@@ -13,6 +13,7 @@ import logging
 
 from bot.provider import provider_for
 from pipelines.llm.budget import OverBudget
+from pipelines.outcome import GateResult
 from pipelines.outcome import PipelineError
 
 EXPLANATION_TOKENS = 400
@@ -28,10 +29,10 @@ def _needs_review(profile: dict | None) -> dict[str, str]:
     }
 
 
-def explain(worker, job, failing: list[dict] | None = None):
+def explain(worker, job, failing: tuple[GateResult, ...] = ()):
     """The job with an explanation added where the provider is on and there is something to explain."""
     needs = _needs_review(job.profile)
-    gates = {str(g.get("name", "")): str(g.get("detail", "")) for g in failing or []}
+    gates = {gate.name: gate.detail for gate in failing}
     if not (needs or gates) or not worker.runtime.config.anthropic_api_key:
         return job
     config = worker.repo_config(job)

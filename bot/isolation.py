@@ -2,8 +2,8 @@
 
 The worker holds the App's private key, the webhook secret and installation tokens in memory; understand and
 act + verify import the target's files (a fuse model file, a kernel's `path.py:function`) and run its tests. So
-`isolated(adapter, "module:NAME")` gives an Adapter whose two stages each run `python -m bot.isolation` in a
-child: the request goes in as JSON on stdin, the child runs the named in-process adapter's stage, and its answer
+`isolated(pipeline, "module:NAME")` gives a Pipeline row whose two stages each run `python -m bot.isolation` in a
+child: the request goes in as JSON on stdin, the child runs the named in-process row's stage, and its answer
 comes back as JSON in a result file. The child's environment is the allow-list of `pipelines.commands` (never the
 App's variables) and its directory the job's checkout.
 
@@ -23,7 +23,6 @@ from __future__ import annotations
 
 import contextlib
 import dataclasses
-import importlib
 import json
 import logging
 import os
@@ -35,19 +34,17 @@ import tempfile
 import traceback
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING
 
+from pipelines import registry
 from pipelines.commands import allowed_env
+from pipelines.contract import Outcome
+from pipelines.contract import Pipeline
+from pipelines.contract import Progress
+from pipelines.contract import Request
+from pipelines.contract import Understood
 from pipelines.outcome import GateResult
 from pipelines.outcome import PipelineError
 from pipelines.target import Checkout
-
-if TYPE_CHECKING:  # bot.adapters builds its table with isolated(): its names are imported where they are used
-    from bot.adapters import Adapter
-    from bot.adapters import Outcome
-    from bot.adapters import Progress
-    from bot.adapters import Request
-    from bot.adapters import Understood
 
 SOURCE_ROOT = Path(__file__).resolve().parents[1]  # liger-bot's own packages, importable in the child
 STAGE_USER_VARIABLE = "LIGER_BOT_STAGE_USER"
@@ -64,13 +61,18 @@ class StageCrashed(RuntimeError):
     """The stage's process failed with something other than a PipelineError (a bug, a crash, a kill)."""
 
 
-def isolated(adapter: Adapter, name: str) -> Adapter:
-    """`adapter` with understand and act + verify run in a child; `name` ("module:NAME") finds it there."""
+def isolated(pipeline: Pipeline, name: str) -> Pipeline:
+    """`pipeline` with understand and act + verify run in a child; `name` ("module:NAME") finds it there."""
     return dataclasses.replace(
-        adapter,
+        pipeline,
         understand=lambda request: understood_from_json(run_stage(name, "understand", request, _ignore)),
         act_verify=lambda request, progress: outcome_from_json(run_stage(name, "act_verify", request, progress)),
     )
+
+
+def in_child(name: str) -> Pipeline:
+    """The registry's pipeline `name` as the worker runs it: each stage in a child, away from the App's secrets."""
+    return isolated(registry.pipeline(name), registry.location(name))
 
 
 def _ignore(_event) -> None:
@@ -142,8 +144,8 @@ def _child_folders(request: Request) -> list[Path]:
 
 
 def run_stage(name: str, stage: str, request: Request, progress: Progress) -> dict:
-    """Run `stage` of the adapter `name` in a child; its JSON answer, or the PipelineError it raised."""
-    job = {"adapter": name, "stage": stage, "request": request_json(request)}
+    """Run `stage` of the pipeline row `name` in a child; its JSON answer, or the PipelineError it raised."""
+    job = {"pipeline": name, "stage": stage, "request": request_json(request)}
     user = stage_user()
     with tempfile.TemporaryDirectory(prefix="liger-bot-stage-") as scratch:
         own = Path(scratch) / "own"  # the child's: its result, its home; the log stays the parent's
@@ -246,8 +248,6 @@ def request_json(request: Request) -> dict:
 
 
 def request_from_json(data: dict) -> Request:
-    from bot.adapters import Request
-
     out_dir = Path(data["out_dir"]) if data.get("out_dir") else None
     checkout = Checkout(Path(data["root"]))  # validated by the parent, which made it
     return Request(checkout, data["target"], tuple(data["settings"]), dict(data["options"]), out_dir)
@@ -258,8 +258,6 @@ def understood_json(understood: Understood) -> dict:
 
 
 def understood_from_json(data: dict) -> Understood:
-    from bot.adapters import Understood
-
     return Understood(data["profile"], data["branch"], tuple(data.get("needs_review") or ()), data.get("summary", ""))
 
 
@@ -268,8 +266,6 @@ def outcome_json(outcome: Outcome) -> dict:
 
 
 def outcome_from_json(data: dict) -> Outcome:
-    from bot.adapters import Outcome
-
     return Outcome(**{**data, "gates": [GateResult.from_record(g) for g in data["gates"]]})
 
 
@@ -285,17 +281,12 @@ def _emitter(events):
     return emit
 
 
-def _resolve(name: str) -> Adapter:
-    module, _, attribute = name.partition(":")
-    return getattr(importlib.import_module(module), attribute)
-
-
 def run_child(job: dict, emit) -> dict:
-    adapter, request = _resolve(job["adapter"]), request_from_json(job["request"])
+    pipeline, request = registry.resolve(job["pipeline"]), request_from_json(job["request"])
     try:
         if job["stage"] == "understand":
-            return {"ok": understood_json(adapter.understand(request))}
-        return {"ok": outcome_json(adapter.act_verify(request, emit))}
+            return {"ok": understood_json(pipeline.understand(request))}
+        return {"ok": outcome_json(pipeline.act_verify(request, emit))}
     except PipelineError as exc:
         return {"refused": {"message": exc.message, "hint": exc.hint}}
     except Exception as exc:

@@ -25,6 +25,7 @@ from bot.figures import Figures
 from bot.forge.base import Forge
 from bot.forge.base import RepoRef
 from bot.forge.base import WorkflowRun
+from pipelines.contract import BRANCH_PREFIX
 from pipelines.outcome import GateResult
 from pipelines.outcome import GateStatus
 from pipelines.outcome import PipelineError
@@ -37,7 +38,6 @@ SCAN_WORKFLOW = "liger-bot-scan.yml"
 REPORT_ARTIFACT = "liger-bot-report"
 REPORT_FILE = "report.json"
 DEFAULT_LABELS = ("self-hosted", "linux", "gpu")
-BRANCH_PREFIX = "liger-bot/"
 
 
 class RunnerKind(str, enum.Enum):

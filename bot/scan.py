@@ -12,13 +12,14 @@ from __future__ import annotations
 
 import ast
 import enum
-import inspect
 import re
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
+from pipelines.autopatch.job import call_understand
+from pipelines.contract import BRANCH_PREFIX
 from pipelines.outcome import PipelineError
 
 DASHBOARD_TITLE = "liger-bot dashboard"
@@ -81,13 +82,6 @@ def _default_understand():
     from pipelines.autopatch.understand import understand
 
     return understand
-
-
-def call_understand(understand: Callable, model: str, checkout):
-    """Understand takes (model) or (model, checkout), depending on whether it needs the target."""
-    if len(inspect.signature(understand).parameters) >= 2:
-        return understand(model, checkout)
-    return understand(model)
 
 
 def classify(model_type: str, class_name: str, supported: set[str], checkout, understand: Callable) -> Row:
@@ -201,5 +195,5 @@ def render_dashboard(
 def pr_budget(store, forge, repo, config, active_dashboard_jobs: int) -> int:
     """How many more autopatch PRs may start now: N per hour and M open at once (`.github/liger-bot.yml`)."""
     opened_last_hour = store.prs_opened_since(repo.full_name, time.time() - 3600)
-    open_now = len(forge.open_pull_requests(repo, "liger-bot/"))
+    open_now = len(forge.open_pull_requests(repo, BRANCH_PREFIX))
     return max(0, min(config.prs_per_hour - opened_last_hour, config.max_open_prs - open_now) - active_dashboard_jobs)

@@ -15,6 +15,7 @@ from bot.forge.base import RepoRef
 from bot.jobs import Job
 from bot.jobs import JobState
 from bot.runtime import marker
+from pipelines.outcome import Report
 
 STEPS = (
     (JobState.QUEUED, "queued"),
@@ -47,17 +48,15 @@ def _cell(value) -> str:
 
 
 def profile_table(profile: dict, pipeline: str = "autopatch") -> str:
-    """The profile as its pipeline's adapter tabulates it (autopatch: the 12 decisions)."""
-    from bot.adapters import profile_table as table_of
+    """The profile as its pipeline tabulates it (autopatch: the 12 decisions)."""
+    from pipelines import registry
 
-    return table_of(pipeline, profile)
+    return registry.profile_table(pipeline, profile)
 
 
 def gate_table(gates: list[dict]) -> str:
-    rows = ["| check | status | detail |", "|---|---|---|"]
-    for gate in gates:
-        rows.append(f"| {gate.get('name', '')} | {gate.get('status', '')} | {_cell(gate.get('detail', ''))[:300]} |")
-    return "\n".join(rows)
+    """The job's gate records as the one gate table (pipelines.outcome.Report)."""
+    return Report.from_records(gates).table()
 
 
 def _progress(job: Job, state: JobState) -> str:

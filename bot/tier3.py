@@ -1,7 +1,7 @@
 """`/liger kernel` past the deterministic engine: the provider drafts a tier-3 kernel, the stage child judges it.
 
 The loop runs in the worker, which holds ANTHROPIC_API_KEY; the model's code crosses to the stage child as a
-Request option and is written and verified there (bot.adapters.kernel_draft_attempt), with no secret in reach.
+Request option and is written and verified there (pipelines.kernel.job.draft_attempt), with no secret in reach.
 Each failing draft's gate output goes back to the model, within the repo's caps (attempts, tokens and dollars per
 job and per repository per day: bot.llm_usage). The spend and the attempts are kept on the job for its status
 comment. With the provider off nothing here changes the kernel flow: understand refuses tier 3 as before.
@@ -11,13 +11,13 @@ from __future__ import annotations
 
 import dataclasses
 
-from bot.adapters import DRAFT
-from bot.adapters import TIER3_DRAFTS
-from bot.adapters import Adapter
-from bot.adapters import Outcome
-from bot.adapters import Request
 from bot.provider import provider_for
 from bot.status import llm_report
+from pipelines.contract import DRAFT
+from pipelines.contract import TIER3_DRAFTS
+from pipelines.contract import Outcome
+from pipelines.contract import Pipeline
+from pipelines.contract import Request
 from pipelines.outcome import GateResult
 from pipelines.outcome import GateStatus
 
@@ -35,9 +35,9 @@ def allow_drafts(worker, job, request: Request) -> Request:
     return dataclasses.replace(request, options={**request.options, TIER3_DRAFTS: "on"})
 
 
-def act_verify(worker, job, adapter: Adapter, request: Request, progress) -> Outcome:
+def act_verify(worker, job, pipeline: Pipeline, request: Request, progress) -> Outcome:
     if not is_draft_job(job):
-        return adapter.act_verify(request, progress)
+        return pipeline.act_verify(request, progress)
     from pipelines.kernel.spec import pascal
     from pipelines.llm import prompts
     from pipelines.llm.repair import repair_loop
@@ -49,7 +49,7 @@ def act_verify(worker, job, adapter: Adapter, request: Request, progress) -> Out
     outcomes: list[Outcome] = []
 
     def try_draft(code: str) -> list[GateResult]:
-        outcome = adapter.act_verify(dataclasses.replace(request, options={**request.options, DRAFT: code}), progress)
+        outcome = pipeline.act_verify(dataclasses.replace(request, options={**request.options, DRAFT: code}), progress)
         outcomes.append(outcome)
         return list(outcome.gates)
 

@@ -5,10 +5,11 @@ lease on the job it runs and renews it; a worker that dies stops renewing, and a
 the job from the stage it was in (understand and act+verify are re-run from the default branch; the push and
 the PR are found again by branch name) or, after `max_resumes`, fails it with a message and the next command.
 
-Every pipeline runs the same flow (`run_change_job`); `bot.adapters.PIPELINES` says how each one understands,
-acts and verifies, and JOB_FLOWS maps each verb that starts work to its flow (with `bot.commands.VERBS`, the
-verb registry). The adapters run understand and act + verify in a child process with an allow-listed environment
-(bot.isolation): those stages run the target repository's code, and this process holds the App's key and tokens.
+Every pipeline of `pipelines.registry` runs the same flow (`run_change_job`); its row (pipelines.contract) says
+how it understands, acts and verifies, and `flow_for` maps each verb that starts work to its flow (JOB_FLOWS holds
+the verbs that are no pipeline: scan). The worker runs a row's understand and act + verify in a child process with
+an allow-listed environment (bot.isolation): those stages run the target repository's code, and this process
+holds the App's key and tokens.
 With `runner: {kind: actions}` in the repo config, the worker pushes the branch, dispatches the
 verify workflow and parks the job (verifying, its lease held by the workflow); `workflow_run.completed` or,
 failing that, the lease running out brings it back to `resume_verification`, which reads the run's report.
@@ -33,11 +34,6 @@ from bot import explain
 from bot import handlers
 from bot import status
 from bot import tier3
-from bot.adapters import PIPELINES
-from bot.adapters import Adapter
-from bot.adapters import Outcome
-from bot.adapters import Request
-from bot.adapters import no_settings
 from bot.commands import VERBS
 from bot.commands import command_text
 from bot.figures import Figures
@@ -47,6 +43,7 @@ from bot.forge.base import ForgeError
 from bot.forge.base import RateLimited
 from bot.forge.base import RepoRef
 from bot.forge.base import WorkflowRun
+from bot.isolation import in_child
 from bot.jobs import IllegalTransition
 from bot.jobs import Job
 from bot.jobs import JobState
@@ -54,7 +51,6 @@ from bot.runners import VERIFY_WORKFLOW
 from bot.runners import ActionsRunner
 from bot.runners import Dispatched
 from bot.runners import RunnerKind
-from bot.runners import VerifyReport
 from bot.runners import VerifyRequest
 from bot.runtime import Context
 from bot.runtime import Runtime
@@ -63,14 +59,18 @@ from bot.scan import STARTABLE
 from bot.scan import call_understand
 from bot.scan import render_dashboard
 from bot.scan import scan
+from pipelines import registry
+from pipelines.contract import Outcome
+from pipelines.contract import Pipeline
+from pipelines.contract import Request
+from pipelines.contract import no_settings
 from pipelines.outcome import GateResult
 from pipelines.outcome import PipelineError
-from pipelines.outcome import gates_table
+from pipelines.outcome import Report
 from pipelines.target import Checkout
 from pipelines.target import open_checkout
 
 log = logging.getLogger(__name__)
-BRANCH_PREFIX = "liger-bot/"
 TRANSIENT_RETRY_DELAY = 30.0
 MAX_TRANSIENT_RETRIES = 5
 # A parked job's lease, held by the GPU workflow: the workflow's own timeout (90 min) plus time queued for a runner.
@@ -177,10 +177,6 @@ def _gate_json(gate) -> dict:
     }
 
 
-def _hard_failures(gates: list[dict]) -> list[dict]:
-    return [g for g in gates if str(g.get("status")).upper().endswith("FAIL") and g.get("hard", True)]
-
-
 class Progress:
     """The callback a pipeline reports through: text lines, or GateResults as verify produces them."""
 
@@ -214,7 +210,7 @@ def waiting_for_workflow(job: Job) -> bool:
 
 
 def run_change_job(worker: Worker, job: Job) -> None:
-    """understand -> [checkpoint] -> act + verify -> push -> PR, for every pipeline of bot.adapters."""
+    """understand -> [checkpoint] -> act + verify -> push -> PR, for every pipeline of pipelines.registry."""
     if job.job_state is JobState.QUEUED:
         job = worker.enter(job, JobState.UNDERSTANDING)
     if job.job_state is JobState.UNDERSTANDING:
@@ -232,17 +228,15 @@ def run_scan_job(worker: Worker, job: Job) -> None:
         worker.scan_stage(job)
 
 
-JOB_FLOWS: dict[str, JobFlow] = {
-    **{name: JobFlow(adapter.validate_settings, run_change_job) for name, adapter in PIPELINES.items()},
-    "scan": JobFlow(no_settings, run_scan_job),
-}
+# The verbs that start work but are no pipeline of the registry; every pipeline's verb runs `run_change_job`.
+JOB_FLOWS: dict[str, JobFlow] = {"scan": JobFlow(no_settings, run_scan_job)}
 
 
 def flow_for(verb: str) -> JobFlow:
-    try:
+    """The verb's flow; a PipelineError for a verb no pipeline runs."""
+    if verb in JOB_FLOWS:
         return JOB_FLOWS[verb]
-    except KeyError:
-        raise PipelineError(f"no pipeline runs `{verb}` yet") from None
+    return JobFlow(registry.pipeline(verb).validate_settings, run_change_job)
 
 
 # --- the worker --------------------------------------------------------------------------------------------
@@ -255,7 +249,8 @@ class Worker:
         self.config = runtime.config
         self.name = name or f"{socket.gethostname()}:{os.getpid()}:{threading.get_ident()}"
         self.workspace = runtime.workspace or GitWorkspace(self.config.work_dir)
-        self.pipelines: dict[str, Adapter] = dict(PIPELINES)  # tests swap a row for a small real pipeline
+        # each registry row, its stages in a child (bot.isolation); tests swap a row for a small real pipeline
+        self.pipelines: dict[str, Pipeline] = {name: in_child(name) for name in registry.names()}
         self.scan_understand: Callable | None = None  # None: the real understand, for every model
 
     # deliveries ------------------------------------------------------------------------------------------
@@ -368,11 +363,9 @@ class Worker:
         status.note_config_problems(self.store, self.store.get(job.id), config.problems)
         return config
 
-    def adapter(self, job: Job) -> Adapter:
-        try:
-            return self.pipelines[job.verb]
-        except KeyError:
-            raise PipelineError(f"no pipeline runs `{job.verb}` yet") from None
+    def pipeline(self, job: Job) -> Pipeline:
+        """The job's pipeline row; one registered since this worker started is run too (in a child)."""
+        return self.pipelines.get(job.verb) or in_child(job.verb)
 
     def request(self, job: Job, checkout: Checkout, approved: bool = False) -> Request:
         """`approved`: act on the profile kept on the job (shown at the checkpoint), not a new understand."""
@@ -383,7 +376,7 @@ class Worker:
     def understand_stage(self, job: Job) -> Job:
         checkout, _ = self.fresh_checkout(job)
         request = tier3.allow_drafts(self, job, self.request(job, checkout))  # tier 3 for the provider, if on
-        understood = self.adapter(job).understand(request)
+        understood = self.pipeline(job).understand(request)
         self.heartbeat(job.id)
         fields = {"profile": understood.profile, "branch": understood.branch}
         if not understood.branch:  # nothing to propose (a fuse with every chain matched): say so and stop
@@ -395,7 +388,7 @@ class Worker:
         job = self.store.get(job.id)
         review = list(understood.needs_review)
         if review or (job.checkpoint and not config.autonomous):
-            job = explain.explain(self, self.store.update(job.id, **fields), []) if review else job
+            job = explain.explain(self, self.store.update(job.id, **fields)) if review else job
             why = f"needs review: {', '.join(review)}. " if review else ""
             correct = "correct a decision with `/liger set field=value`, " if VERBS[job.verb].takes_settings else ""
             return self.enter(
@@ -414,7 +407,7 @@ class Worker:
         checkout, base = self.fresh_checkout(job)
         progress = Progress(self, job.id)
         request = self.request(job, checkout, approved=True)
-        outcome = tier3.act_verify(self, job, self.adapter(job), request, progress)  # the adapter's, or drafts
+        outcome = tier3.act_verify(self, job, self.pipeline(job), request, progress)  # the pipeline's, or drafts
         gates = [_gate_json(g) for g in outcome.gates] or progress.gates
         job = self.enter(self.store.get(job.id), JobState.VERIFYING)
         result = {k: v for k, v in (job.result or {}).items() if k not in ("dispatched", "workflow_run")}
@@ -422,9 +415,9 @@ class Worker:
         job = self.store.update(
             job.id, result=result, branch=outcome.branch or job.branch, profile=outcome.profile or job.profile
         )
-        failures = _hard_failures(gates)
+        failures = Report.from_records(gates).failures
         if failures or not outcome.ok:
-            names = ", ".join(g["name"] for g in failures) or "a hard gate"
+            names = ", ".join(g.name for g in failures) or "a hard gate"
             job = explain.explain(self, job, failures)  # the provider's plain words, where it is on
             return self.fail(job, f"verify failed: {names}. Nothing was pushed.", _retry_command(job))
         job = self._push(job, checkout)
@@ -465,15 +458,13 @@ class Worker:
         self.workspace.discard_job(job.id)
 
     def _pr_body(self, job: Job, body: str) -> str:
-        from bot.adapters import profile_table
-
         gates = (job.result or {}).get("gates") or []
         parts = [body or f"Generated by liger-bot for `{job.target}`."]
         if (job.result or {}).get("explanation"):
             parts.append(status.explanation(job.result["explanation"]))
         if gates and "| check |" not in body.lower():
             parts.append(status.gate_table(gates))
-        table = profile_table(job.verb, job.profile) if job.profile else ""
+        table = registry.profile_table(job.verb, job.profile) if job.profile else ""
         if table and f"| {table.split('|')[1].strip().lower()} |" not in body.lower():  # the body has none yet
             parts.append(table)
         parts.append(
@@ -569,11 +560,11 @@ class Worker:
             result.pop("workflow_run", None)
             self._park(job, result, f"ignored workflow run {run.id} ({problem}); still waiting")
             return
-        local = result.get("gates") or []
-        merged = _merge_gates(local, [g.to_record() for g in report.gates])
-        result |= {"gates": merged, "workflow_run": {"id": run.id, "conclusion": run.conclusion}}
+        local = Report.from_records(result.get("gates") or [])
+        merged = local.merged(Report(report.gates))
+        result |= {"gates": merged.records(), "workflow_run": {"id": run.id, "conclusion": run.conclusion}}
         job = self.store.update(job.id, result=result)
-        failures = _hard_failures(merged)
+        failures = merged.failures
         if failures:
             why = "; ".join(_failure_line(g) for g in failures)
             message = (
@@ -703,25 +694,14 @@ def _retry_command(job: Job) -> str:
     return command_text(job.verb, job.target or None, job.overrides, job.options or {})
 
 
-def _failure_line(gate: dict) -> str:
-    detail = (str(gate.get("detail") or "").strip().splitlines() or [""])[0][:200]
-    return f"{gate['name']}: {detail}" if detail else gate["name"]
+def _failure_line(gate: GateResult) -> str:
+    detail = gate.headline[:200]
+    return f"{gate.name}: {detail}" if detail else gate.name
 
 
-def _merge_gates(local: list[dict], remote: list[dict]) -> list[dict]:
-    """The runner's verdict wins gate by gate (a GPU PASS replaces the worker's SKIP); its other gates follow."""
-    merged = {gate["name"]: gate for gate in local}
-    merged.update((gate["name"], gate) for gate in remote)
-    return list(merged.values())
-
-
-def _gate_results(gates: list[dict]) -> list[GateResult]:
-    return list(VerifyReport.from_json({"job_id": "", "gates": gates}).gates)
-
-
-def _with_gate_table(body: str, before: list[dict], after: list[dict]) -> str:
+def _with_gate_table(body: str, before: Report, after: Report) -> str:
     """The PR body the pipeline wrote, its verify table brought up to the merged verdict."""
-    old = gates_table(_gate_results(before)) if before else ""
+    old = before.table() if before.gates else ""
     if old and old in body:
-        return body.replace(old, gates_table(_gate_results(after)))
+        return body.replace(old, after.table())
     return body

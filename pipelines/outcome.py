@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import enum
+from collections.abc import Iterable
+from collections.abc import Mapping
 from dataclasses import dataclass
 
 
@@ -69,17 +71,52 @@ class GateResult:
         )
 
 
-def gates_table(gates: list[GateResult]) -> str:
-    """The markdown table the PR body and the status comment show."""
-    rows = ["| Check | Status | Detail |", "|---|---|---|"]
-    for gate in gates:
-        detail = gate.detail.replace("\n", " ").replace("|", "\\|")
-        rows.append(f"| {gate.name} | {gate.status.value} | {detail[:300]} |")
-    return "\n".join(rows)
+@dataclass(frozen=True)
+class Report:
+    """A verify run's gates in order: one form from the pipeline to the PR. The job keeps its `records()`, the GPU
+    runner's report.json holds them, and every verdict and table is read from here: `failures` is the one
+    hard-failure rule, `table()` the one markdown table (status comment, PR body, CLI)."""
+
+    gates: tuple[GateResult, ...] = ()
+
+    @classmethod
+    def from_records(cls, records: Iterable[Mapping]) -> Report:
+        return cls(tuple(GateResult.from_record(record) for record in records))
+
+    def records(self) -> list[dict]:
+        return [gate.to_record() for gate in self.gates]
+
+    @property
+    def failures(self) -> tuple[GateResult, ...]:
+        """The hard gates that failed; any one blocks the push."""
+        return tuple(g for g in self.gates if g.hard and g.status is GateStatus.FAIL)
+
+    @property
+    def failed(self) -> bool:
+        return bool(self.failures)
+
+    def merged(self, other: Report) -> Report:
+        """`other`'s verdict wins gate by gate (a GPU runner's PASS replaces the worker's SKIP); its other gates follow."""
+        by_name = {gate.name: gate for gate in self.gates}
+        by_name.update((gate.name, gate) for gate in other.gates)
+        return Report(tuple(by_name.values()))
+
+    def table(self) -> str:
+        rows = ["| Check | Status | Detail |", "|---|---|---|"]
+        for gate in self.gates:
+            detail = gate.detail.replace("\n", " ").replace("|", "\\|")
+            rows.append(f"| {gate.name} | {gate.status.value} | {detail[:300]} |")
+        return "\n".join(rows)
 
 
-def hard_failure(gates: list[GateResult]) -> bool:
-    return any(g.hard and g.status is GateStatus.FAIL for g in gates)
+def gates_table(gates: Iterable[GateResult]) -> str:
+    """The markdown table the PR body and the status comment show (Report.table)."""
+    return Report(tuple(gates)).table()
+
+
+def hard_failure(gates: Iterable[GateResult]) -> bool:
+    """Whether a hard gate failed (Report.failed)."""
+    return Report(tuple(gates)).failed
 
 
 def result_json(profile, branch: str, files: list[str], gates: list[GateResult], **extra) -> dict:

@@ -17,13 +17,13 @@ from pipelines.outcome import gates_table
 
 
 def register(subparsers) -> None:
-    from bot.adapters import PIPELINES
+    from pipelines import registry
 
     parser = subparsers.add_parser(
         "verify", help="run a pipeline's verify gates on the checked-out branch and write the JSON report"
     )
     parser.add_argument("--repo", default=".", help="the target checkout, on the bot's branch (default: .)")
-    parser.add_argument("--pipeline", required=True, choices=sorted(PIPELINES), help="which pipeline's gates")
+    parser.add_argument("--pipeline", required=True, choices=sorted(registry.names()), help="which pipeline's gates")
     parser.add_argument("--target", required=True, help="what it worked on: a model (autopatch), a kernel name")
     parser.add_argument("--job-id", required=True, help="the App's job id, echoed in the report")
     parser.add_argument(
@@ -48,16 +48,15 @@ def _settings(text: str) -> tuple[str, ...]:
     return tuple(settings)
 
 
-def _target(pipeline: str, target: str) -> str:
+def _target(kind: str, target: str) -> str:
     """The target becomes a name in paths and imports: the App's own grammar checks it here too."""
+    from bot.commands import TARGETS
     from bot.commands import CommandError
-    from bot.commands import validate_kernel_name
-    from bot.commands import validate_target
 
-    # a kernel's and a chunked loss's target is its snake_case name (the branch's suffix); autopatch's a model
-    check = validate_kernel_name if pipeline in ("kernel", "chunked-loss") else validate_target
+    # the pipeline's row says its kind: a kernel's and a chunked loss's snake_case name (the branch's suffix),
+    # autopatch's a model
     try:
-        return check(target)
+        return TARGETS[kind](target)
     except CommandError as exc:
         raise PipelineError(str(exc).replace("`", "")) from None
 
@@ -75,22 +74,22 @@ def _profile(path: Path | None) -> dict | None:
 
 
 def verify_command(args, ui) -> ExitStatus:
-    from bot.adapters import Request
-    from bot.adapters import adapter_for
     from bot.runners import VerifyReport
+    from pipelines import registry
+    from pipelines.contract import Request
     from pipelines.target import open_checkout
 
-    adapter = adapter_for(args.pipeline)
-    if adapter.verify_branch is None:
+    pipeline = registry.pipeline(args.pipeline)
+    if pipeline.verify_branch is None:
         raise PipelineError(f"{args.pipeline} verifies in the worker, not on a runner", hint="use runner: local")
-    target, settings = _target(args.pipeline, args.target), _settings(args.settings)
-    adapter.validate_settings(target, list(settings))
+    target, settings = _target(pipeline.verify_target, args.target), _settings(args.settings)
+    pipeline.validate_settings(target, list(settings))
     checkout = open_checkout(args.repo, require_clean=False)  # an installed checkout has build files beside it
     report_path = Path(args.report)
     report_path.parent.mkdir(parents=True, exist_ok=True)
     # the benchmark table and plot land beside the report, so the workflow uploads them in the same artifact
     request = Request(checkout, target, settings, out_dir=report_path.resolve().parent, profile=_profile(args.profile))
-    gates = adapter.verify_branch(request, lambda event: ui.progress(event if isinstance(event, str) else event.name))
+    gates = pipeline.verify_branch(request, lambda event: ui.progress(event if isinstance(event, str) else event.name))
     # bound to the job and to the commit the gates ran on: the App accepts it only for the head SHA it pushed
     report = VerifyReport(str(args.job_id), tuple(gates), head_sha=checkout.git.head())
     report_path.write_text(json.dumps(report.to_json(), indent=2) + "\n")

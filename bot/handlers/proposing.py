@@ -10,7 +10,6 @@ from __future__ import annotations
 
 from bot import permissions
 from bot import proposals
-from bot.adapters import settings_help
 from bot.commands import PREFIX
 from bot.commands import VERBS
 from bot.commands import Command
@@ -20,6 +19,7 @@ from bot.forge.base import Permission
 from bot.handlers.commanding import Trigger
 from bot.handlers.commanding import start_job
 from bot.provider import provider_for
+from pipelines import registry
 from pipelines.llm.budget import OverBudget
 from pipelines.outcome import PipelineError
 
@@ -31,7 +31,7 @@ def command_table() -> str:
     for name in sorted(proposals.PROPOSABLE):
         verb = VERBS[name]
         rows.append(f"| `{PREFIX} {name} {verb.usage}` | {verb.help} |")
-    fields = [f"{name}: {text}" for name in sorted(proposals.PROPOSABLE) if (text := settings_help(name))]
+    fields = [f"{name}: {text}" for name in sorted(proposals.PROPOSABLE) if (text := registry.settings_help(name))]
     return "\n".join(rows) + ("\n\n--set " + "\n".join(fields) if fields else "")
 
 

@@ -18,6 +18,7 @@ from dataclasses import dataclass
 from dataclasses import replace
 from pathlib import Path
 
+from pipelines import contract
 from pipelines import pull_request
 from pipelines.autopatch import act
 from pipelines.autopatch import verify
@@ -72,7 +73,7 @@ class PipelineResult:
 
 
 def branch_name(model_type: str) -> str:
-    return f"liger-bot/autopatch-{act.validate_model_type(model_type)}"
+    return contract.branch_name("autopatch", act.validate_model_type(model_type))
 
 
 def report_path(checkout: Checkout, model_type: str) -> Path:

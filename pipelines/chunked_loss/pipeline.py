@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
+from pipelines import contract
 from pipelines import pull_request
 from pipelines.changeset import format_with_target_style
 from pipelines.chunked_loss import act as act_mod
@@ -40,7 +41,7 @@ def understand(spec_text: str, repo: str | Path, name: str | None = None, settin
 
 
 def branch_name(name: str) -> str:
-    return f"liger-bot/chunked-loss-{name}"
+    return contract.branch_name("chunked-loss", name)
 
 
 def run(

@@ -8,6 +8,7 @@ from dataclasses import field
 from pipelines import target
 from pipelines.changeset import checkstyle_gate
 from pipelines.changeset import format_with_target_style
+from pipelines.contract import branch_name
 from pipelines.fuse import act
 from pipelines.fuse import model_spec
 from pipelines.fuse.understand import Profile
@@ -47,7 +48,7 @@ def run(spec: str, repo: str, chain_index: int = 0, progress=lambda text: None) 
         raise PipelineError(f"--chain {chain_index} is out of range", hint=f"0..{len(profile.chains) - 1}")
     chain = profile.chains[chain_index]
     name = act.pass_name(chain.ops)
-    branch = f"liger-bot/fuse-{name.replace('_', '-')}"
+    branch = branch_name("fuse", name.replace("_", "-"))
     checkout.git.checkout(branch, create_from="HEAD")
     path = act.write_pass(checkout.root, spec, chain.ops, _chain_args(model, inputs, chain))
     written = [str(p.relative_to(checkout.root)) for p in (path, path.parent / "__init__.py")]

@@ -3,7 +3,7 @@ liger-bot writes the test (the reference it traced, forward and backward) and th
 
 `attempt` is one try: the draft and the bot's test written into the checkout, then checkstyle and the unit tests,
 each a subprocess with the allow-listed environment (`pipelines.commands`: no key, no token). The App runs it in
-the stage child (bot.adapters.kernel_draft_attempt), one call per draft of the repair loop (pipelines.llm.repair,
+the stage child (pipelines.kernel.job.draft_attempt), one call per draft of the repair loop (pipelines.llm.repair,
 driven by bot.tier3). Only ops without weights are drafted (the test calls `Liger{Name}Function.apply(x)`); the
 module, functional API, exports and benchmark are not written.
 """

@@ -5,6 +5,7 @@ from __future__ import annotations
 from pathlib import Path
 
 from pipelines import pull_request
+from pipelines.contract import branch_name
 from pipelines.kernel import act as act_mod
 from pipelines.kernel import duplicates
 from pipelines.kernel import profile as profile_mod
@@ -50,7 +51,7 @@ def run(
             raise duplicate.refusal(spec_text)
     changeset = act_mod.build_changeset(checkout, u)  # everything in memory first: a refusal writes nothing
     git = checkout.git
-    branch = f"liger-bot/kernel-{u.spec.name}"
+    branch = branch_name("kernel", u.spec.name)
     git.checkout(branch, create_from="HEAD")
     changeset.write(checkout.root)
     act_mod.format_with_target_style(checkout, changeset.paths)

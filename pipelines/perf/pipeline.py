@@ -24,6 +24,7 @@ from pathlib import Path
 from pipelines.changeset import checkstyle_gate
 from pipelines.changeset import ruff_argv
 from pipelines.commands import run_command
+from pipelines.contract import branch_name
 from pipelines.outcome import GateResult
 from pipelines.outcome import GateStatus
 from pipelines.outcome import PipelineError
@@ -583,7 +584,7 @@ def run(kernel: str, repo: str | Path, options: Options | None = None, out_dir=N
     (out_dir / "comparison.md").write_text(report.comparison(loop))
     branch, gates = "", []
     if loop.state.best != "v0":
-        branch = f"liger-bot/perf-{kernel.replace('_', '-')}"
+        branch = branch_name("perf", kernel.replace("_", "-"))
         gates = finalise(loop, branch)
         if hard_failure(gates):
             branch = ""

@@ -14,7 +14,6 @@ from pathlib import Path
 import pytest
 import requests
 
-from bot.adapters import autopatch_adapter
 from bot.app import create_app
 from bot.config import AppConfig
 from bot.forge.base import Permission
@@ -26,6 +25,7 @@ from bot.server import shutdown
 from bot.webhook import signature
 from bot.worker import GitWorkspace
 from bot.worker import Worker
+from pipelines.autopatch.job import autopatch_pipeline
 from tests.bot import small_pipeline
 from tests.bot.fakes import RecordingForge
 
@@ -91,7 +91,7 @@ class App:
     def __init__(self, runtime: Runtime, forge: RecordingForge):
         self.runtime, self.forge, self.store = runtime, forge, runtime.store
         self.worker = Worker(runtime, name="test-worker")
-        self.worker.pipelines["autopatch"] = autopatch_adapter(small_pipeline.understand, small_pipeline.run_pipeline)
+        self.worker.pipelines["autopatch"] = autopatch_pipeline(small_pipeline.understand, small_pipeline.run_pipeline)
         self.worker.scan_understand = small_pipeline.understand
         runtime.queue.bind(self.worker.handle_delivery, self.worker.advance)
 

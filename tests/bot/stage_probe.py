@@ -1,4 +1,4 @@
-"""A small real adapter for bot.isolation's tests: its stages run in the child like the real pipelines' do.
+"""A small real pipeline row for bot.isolation's tests: its stages run in the child like the real pipelines' do.
 
 The target word picks what the stage does: `refuse` raises a PipelineError, `crash` a bug, `wait` reports its
 process id and then sleeps (a test cancels it), anything else reports a line and a gate (and prints to stdout, as
@@ -11,10 +11,9 @@ import os
 import sys
 import time
 
-from bot.adapters import Adapter
-from bot.adapters import Outcome
-from bot.adapters import Understood
-from bot.adapters import no_settings
+from pipelines.contract import Outcome
+from pipelines.contract import Pipeline
+from pipelines.contract import Understood
 from pipelines.outcome import GateResult
 from pipelines.outcome import GateStatus
 from pipelines.outcome import PipelineError
@@ -47,4 +46,4 @@ def _understand(request) -> Understood:
     return Understood(_seen(), "liger-bot/probe", ("rope",), "")
 
 
-PROBE = Adapter(no_settings, _understand, _act_verify, lambda _profile: "")
+PROBE = Pipeline(_understand, _act_verify, lambda _profile: "")

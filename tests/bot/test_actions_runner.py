@@ -12,11 +12,11 @@ import time
 
 import pytest
 
-from bot.adapters import autopatch_adapter
 from bot.jobs import JobState
 from bot.runners import REPORT_ARTIFACT
 from bot.runners import REPORT_FILE
 from bot.runners import VerifyReport
+from pipelines.autopatch.job import autopatch_pipeline
 from pipelines.outcome import GateResult
 from pipelines.outcome import GateStatus
 from tests.bot import small_pipeline
@@ -33,7 +33,7 @@ BRANCH = "liger-bot/autopatch-nemotron"
 @pytest.fixture
 def parked(bot, liger_checkout):
     """`/liger autopatch nemotron --set rms_offset=1.0` in a repo on the actions runner, run up to the dispatch."""
-    bot.worker.pipelines["autopatch"] = autopatch_adapter(small_pipeline.understand, small_pipeline.run_pipeline)
+    bot.worker.pipelines["autopatch"] = autopatch_pipeline(small_pipeline.understand, small_pipeline.run_pipeline)
     seed_target(bot.standin, bot.remote, liger_checkout.root, ACTIONS)
     bot.warm_mirror()
     bot.issue = bot.standin.add_issue(TARGET.full_name, "Nemotron", "please", STANDIN_MAINTAINER)

@@ -13,12 +13,6 @@ from pathlib import Path
 
 import pytest
 
-from bot.adapters import Adapter
-from bot.adapters import Outcome
-from bot.adapters import Request
-from bot.adapters import Understood
-from bot.adapters import kernel_profile_table
-from bot.adapters import no_settings
 from bot.figures import Figures
 from bot.figures import embed_figures
 from bot.forge.assets import stored_name
@@ -30,6 +24,11 @@ from bot.runners import REPORT_FILE
 from bot.runners import VERIFY_WORKFLOW
 from bot.runners import ActionsRunner
 from bot.runners import VerifyReport
+from pipelines.contract import Outcome
+from pipelines.contract import Pipeline
+from pipelines.contract import Request
+from pipelines.contract import Understood
+from pipelines.kernel.job import profile_table as kernel_profile_table
 from pipelines.outcome import GateResult
 from pipelines.outcome import GateStatus
 from tests.bot.standin_app import TARGET
@@ -211,7 +210,7 @@ def test_the_gpu_runners_plot_and_table_join_the_cpu_workers_body(github_forge, 
 # -- a kernel job through the App: comment -> worker -> draft PR showing its plot ---------------------------------
 
 
-def small_kernel(plot: bytes | None) -> Adapter:
+def small_kernel(plot: bytes | None) -> Pipeline:
     """The kernel row with the pipeline's real PR body over a small act: one file committed on the branch, and the
     out dir a GPU benchmark leaves (table, plot, pr_body.md)."""
 
@@ -227,7 +226,7 @@ def small_kernel(plot: bytes | None) -> Adapter:
         files = ["src/liger_kernel/ops/relu2.py"]
         return Outcome(BRANCH, GATES, files, "Add LigerReLU2", body, True, PROFILE, verify_target="relu2")
 
-    return Adapter(no_settings, understand, act_verify, kernel_profile_table)
+    return Pipeline(understand, act_verify, kernel_profile_table)
 
 
 def run_kernel_job(bot, liger_checkout, config: str, plot: bytes | None):

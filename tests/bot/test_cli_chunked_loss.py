@@ -1,5 +1,5 @@
 """`liger-bot chunked-loss`: the CLI verb, the `/liger chunked-loss` command and its registration in the App's
-tables (adapters, `liger-bot verify --pipeline chunked-loss`)."""
+tables (pipelines.registry, `liger-bot verify --pipeline chunked-loss`)."""
 
 from __future__ import annotations
 
@@ -64,8 +64,8 @@ def test_bad_loss_specs_are_refused_before_they_become_paths(target):
 
 
 def test_the_pipeline_is_registered_for_the_app_and_verify():
-    from bot.adapters import PIPELINES
     from bot.cli import build_parser
+    from pipelines.registry import PIPELINES
 
     assert "chunked-loss" in PIPELINES and "/liger chunked-loss SPEC" in render_help()
     parser = build_parser()

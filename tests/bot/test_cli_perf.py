@@ -79,9 +79,9 @@ def test_it_refuses_what_it_cannot_do(liger_checkout, argv, message):
 
 
 def test_the_app_adapter_profiles_on_any_host_and_refuses_to_optimise_without_a_gpu(liger_checkout):
-    from bot.adapters import PERF
-    from bot.adapters import Request
+    from pipelines.contract import Request
     from pipelines.outcome import PipelineError
+    from pipelines.perf.job import PIPELINE as PERF
 
     request = Request(liger_checkout, "rms_norm", options={"pass": "full", "target-speedup": "1.2"})
     understood = PERF.understand(request)

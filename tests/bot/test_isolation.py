@@ -13,13 +13,13 @@ import time
 
 import pytest
 
-from bot.adapters import Request
 from bot.forge import redact
 from bot.isolation import StageCrashed
 from bot.isolation import isolated
 from bot.jobs import JobState
 from pipelines.commands import allowed_env
 from pipelines.commands import run_command
+from pipelines.contract import Request
 from pipelines.outcome import GateResult
 from pipelines.outcome import GateStatus
 from pipelines.outcome import PipelineError

@@ -9,8 +9,8 @@ import subprocess
 from pathlib import Path
 
 from bot import tier3
-from bot.adapters import TIER3_DRAFTS
 from bot.jobs import JobState
+from pipelines.contract import TIER3_DRAFTS
 from tests.bot.app_fixtures import comment_payload
 from tests.bot.llm_fixtures import with_provider
 from tests.pipelines.kernel.test_draft import CENTERED

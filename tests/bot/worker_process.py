@@ -10,12 +10,12 @@ import logging
 import sys
 from pathlib import Path
 
-from bot.adapters import autopatch_adapter
 from bot.jobs import Store
 from bot.queue import make_queue
 from bot.runtime import Runtime
 from bot.worker import GitWorkspace
 from bot.worker import Worker
+from pipelines.autopatch.job import autopatch_pipeline
 from tests.bot import small_pipeline
 from tests.bot.app_fixtures import app_config
 from tests.bot.fakes import RecordingForge
@@ -28,7 +28,7 @@ def main(tmp: str, remote: str, state: str) -> None:
     runtime = Runtime(config, Store(config.database_url), make_queue(sqlite_path=config.queue_path), lambda _id: forge)
     runtime.workspace = GitWorkspace(config.work_dir)
     worker = Worker(runtime)
-    worker.pipelines["autopatch"] = autopatch_adapter(small_pipeline.understand, small_pipeline.run_pipeline)
+    worker.pipelines["autopatch"] = autopatch_pipeline(small_pipeline.understand, small_pipeline.run_pipeline)
     worker.run()
 
 

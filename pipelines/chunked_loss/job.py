@@ -100,7 +100,7 @@ def verify_branch(request: Request, progress: Progress) -> list[GateResult]:
     paths = [str(p) for p in (*own, CHUNKED_INIT, FUNCTIONAL) if request.checkout.path(p).exists()]
     out_dir = request.out_dir or Path(tempfile.mkdtemp(prefix=f"liger-bot-verify-{name}-"))
     progress(f"verify: chunked loss {name} ({len(paths)} files)")
-    return verify.verify(request.checkout, name, paths, out_dir)
+    return verify.verify(request.checkout, name, paths, out_dir, progress)
 
 
 PIPELINE = Pipeline(

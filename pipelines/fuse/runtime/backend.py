@@ -16,10 +16,10 @@ from dataclasses import field
 
 import torch
 
-from pipelines.fuse.runtime.families import default_registry
-from pipelines.fuse.runtime.graph_pass import fuse_pass
-from pipelines.fuse.runtime.loop_capture import capture_loops
-from pipelines.fuse.runtime.registry import Registry
+from .families import default_registry
+from .graph_pass import fuse_pass
+from .loop_capture import capture_loops
+from .registry import Registry
 
 log = logging.getLogger("liger_fuse")
 

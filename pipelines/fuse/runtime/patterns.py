@@ -17,12 +17,12 @@ import torch
 import torch.nn.functional as F
 from torch import fx
 
-from pipelines.fuse.runtime.fx_match import arg
-from pipelines.fuse.runtime.fx_match import is_call
-from pipelines.fuse.runtime.fx_match import rows_mean_input
-from pipelines.fuse.runtime.fx_match import same_size
-from pipelines.fuse.runtime.fx_match import stacked_rows
-from pipelines.fuse.runtime.fx_match import strip_unary
+from .fx_match import arg
+from .fx_match import is_call
+from .fx_match import rows_mean_input
+from .fx_match import same_size
+from .fx_match import stacked_rows
+from .fx_match import strip_unary
 
 
 @dataclass

@@ -40,7 +40,7 @@ def can_run_on(device: torch.device) -> bool:
 
 
 def _kernels():
-    from pipelines.fuse.runtime import pooling_kernels
+    from . import pooling_kernels
 
     return pooling_kernels
 

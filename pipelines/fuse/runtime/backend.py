@@ -42,6 +42,11 @@ class FuseStats:
     def declined(self) -> dict[str, int]:
         return dict(self.registry.declined)
 
+    @property
+    def declined_reasons(self) -> dict[str, int]:
+        """ "pattern: reason" -> times, for every match left alone (the same lines the liger_fuse logger writes)."""
+        return dict(self.registry.declined_reasons)
+
 
 def make_backend(stats: FuseStats, inner: str | Callable = "inductor") -> Callable:
     def liger_fuse_backend(gm: torch.fx.GraphModule, example_inputs):

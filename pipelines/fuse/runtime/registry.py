@@ -88,6 +88,7 @@ class Registry:
         self.patterns: list = []  # Pattern entries (see patterns.py), tried in order
         self.replaced: Counter[str] = Counter()  # pattern name -> times replaced
         self.declined: Counter[str] = Counter()  # pattern name -> times matched but left alone
+        self.declined_reasons: Counter[str] = Counter()  # "pattern: reason" -> times
 
     def register_kernel(self, kernel: Kernel) -> Kernel:
         self.kernels.setdefault(kernel.family, []).append(kernel)
@@ -131,6 +132,7 @@ class Registry:
 
     def note_declined(self, pattern: str, reason: str, where: str) -> None:
         self.declined[pattern] += 1
+        self.declined_reasons[f"{pattern}: {reason}"] += 1
         log.info("liger_fuse: left %s alone at %s (%s)", pattern, where, reason)
 
 

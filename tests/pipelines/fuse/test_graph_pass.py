@@ -148,6 +148,9 @@ def test_include_self_scatter_reduce_is_not_a_partitioned_mean():
     values = torch.randn(10, 4)
     torch.testing.assert_close(compiled(values, LENGTHS), scatter_reduce_form(values, LENGTHS, include_self=True))
     assert compiled.liger_fuse_stats.declined == {"scatter_reduce_mean": 1}
+    assert compiled.liger_fuse_stats.declined_reasons == {
+        "scatter_reduce_mean: include_self=True averages the initial zeros in too": 1
+    }
     assert "scatter_reduce" in _targets(graphs)
 
 
@@ -198,3 +201,59 @@ def test_a_speed_claim_on_a_gpu_needs_a_gain_beyond_the_spread_of_the_rounds():
     assert step_time_gate(noisy, "cuda").status.value == "FAIL"
     assert step_time_gate(figures([9.9] * 5, [10.0] * 5), "cuda").status.value == "FAIL"  # 1%: under the threshold
     assert step_time_gate(steady, "cpu").status.value == "SKIP"
+
+
+def test_a_loop_whose_bounds_skip_leading_rows_pools_the_rows_it_names():
+    def skips_rows(v):
+        return torch.stack([v[2:5].mean(0), v[5:6].mean(0), v[6:9].mean(0)])
+
+    values = torch.randn(10, 4, requires_grad=True)
+    compiled, graphs = _compiled(skips_rows)
+    out = compiled(values)
+    assert compiled.liger_fuse_stats.replaced == {"loop_slice_mean_stack": 1}
+    torch.testing.assert_close(out, skips_rows(values))
+    out.sum().backward()
+    assert values.grad[:2].abs().sum() == 0 and values.grad[9:].abs().sum() == 0
+
+
+def test_a_loop_slicing_past_the_rows_is_left_alone_with_the_reason_counted():
+    def past_the_end(v):
+        return torch.stack([v[0:3].mean(0), v[3:15].mean(0)])  # Python's slicing stops at row 10
+
+    values = torch.randn(10, 4)
+    compiled, graphs = _compiled(past_the_end)
+    torch.testing.assert_close(compiled(values), past_the_end(values))
+    stats = compiled.liger_fuse_stats
+    assert stats.replaced == {} and stats.declined == {"loop_slice_mean_stack": 1}
+    assert stats.declined_reasons == {
+        "loop_slice_mean_stack: the last bound 15 is not provably within the values' rows": 1
+    }
+
+
+def test_lengths_that_are_not_a_1d_integer_tensor_fail_the_trace_time_guard():
+    from torch import fx
+
+    from pipelines.fuse.runtime.patterns import index_reason
+
+    graph = fx.Graph()
+    node = graph.placeholder("lengths")
+    for value, reason in (
+        (torch.tensor([1, 2]), ""),
+        (torch.tensor([1.0, 2.0]), "lengths / offsets must be an integer tensor, got torch.float32"),
+        (torch.tensor([[1, 2]]), "lengths / offsets must be 1-D, got rank 2"),
+    ):
+        node.meta["example_value"] = value
+        assert index_reason(node) == reason
+
+
+def test_split_by_lengths_tolist_runs_and_is_pooled_by_the_kernel_batch_after_batch():
+    def split_tolist(x, lengths):
+        return torch.stack([t.mean(0) for t in torch.split(x, lengths.tolist())])
+
+    torch._dynamo.reset()
+    compiled = fuse_compile(split_tolist, inner="aot_eager")
+    for lengths in ([3, 1, 6], [2, 2, 5, 1]):
+        x = torch.randn(sum(lengths), 4, requires_grad=True)
+        torch.testing.assert_close(compiled(x, torch.tensor(lengths)), split_tolist(x, torch.tensor(lengths)))
+    assert compiled.liger_fuse_stats.replaced == {"split_mean_stack": 2}
+    assert compiled.liger_fuse_stats.fallbacks == []

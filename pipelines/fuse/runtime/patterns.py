@@ -303,6 +303,67 @@ def match_embedding_bag_mean(node) -> Match | None:
     return Match(node, (values, offsets, include_last), values, [node, indices], declined=index_reason(offsets))
 
 
+# --- masked mean over padded rows: recognised and left alone, with the reason counted ---------------------
+
+
+def padded_masked_mean_pattern(padded, lengths):
+    mask = torch.arange(padded.shape[1])[None, :] < lengths[:, None]
+    return (padded * mask.unsqueeze(-1)).sum(1) / lengths.clamp(min=1).unsqueeze(-1)
+
+
+def padded_masked_mean_replacement(padded, lengths, *, pool):
+    raise NotImplementedError("recognised only: no kernel pools a padded [B, L, D] tensor yet")
+
+
+PADDED_REASON = "no kernel pools a padded [B, L, D] tensor yet (the pooling kernel reads packed [N, D] rows)"
+PADDED_SPLIT_REASON = (
+    "the mask's lengths are a tensor the trace cannot prove equal to the split's sizes (constants from .tolist()): "
+    "left to the inner compiler"
+)
+_MASK_CHAIN = {"methods": ("unsqueeze", "to", "float", "type_as", "view", "reshape"), "functions": (torch.unsqueeze,)}
+
+
+def _length_mask(node) -> bool:
+    """`arange(L)[None, :] < lengths[:, None]` (either side), through unsqueeze / [..., None] / dtype casts."""
+    node = strip_unary(node, **_MASK_CHAIN)
+    if is_call(node, (operator.getitem,)) and node.args[1] in ((Ellipsis, None), (Ellipsis, None, None)):
+        node = strip_unary(node.args[0], **_MASK_CHAIN)
+    if not is_call(node, (operator.lt, torch.lt, operator.gt, torch.gt), ("lt", "gt")):
+        return False
+    return any(is_call(strip_unary(a), (torch.arange,)) for a in node.args if isinstance(a, fx.Node))
+
+
+def _padded_split(node) -> bool:
+    if not is_call(node, (torch.nn.utils.rnn.pad_sequence, torch._C._nn.pad_sequence)):
+        return False
+    items = node.args[0] if node.args else ()
+    return bool(items) and all(
+        is_call(i, (operator.getitem,)) and is_call(i.args[0], (torch.split,), ("split",)) for i in items
+    )
+
+
+def match_padded_masked_mean(node) -> Match | None:
+    if not is_call(node, (operator.truediv, torch.div, torch.true_divide), ("div", "true_divide")):
+        return None
+    sums = node.args[0]
+    if not is_call(sums, (torch.sum,), ("sum",)) or arg(sums, 1, "dim") not in (1, (1,), [1]):
+        return None
+    product = sums.args[0]
+    if not is_call(product, (operator.mul, torch.mul), ("mul",)):
+        return None
+    for padded, mask in (product.args, product.args[::-1]):
+        value = example(padded)
+        if value is None or value.dim() != 3 or not _length_mask(mask):
+            continue
+        if _padded_split(padded):
+            match = Match(node, (padded,), padded, [], name="padded_split_masked_mean")
+            match.declined = PADDED_SPLIT_REASON
+        else:
+            match = Match(node, (padded,), padded, [], name="padded_masked_mean", declined=PADDED_REASON)
+        return match
+    return None
+
+
 # --- Liger families: RMSNorm and SwiGLU (HF's eager forms) ----------------------------------------------
 
 
@@ -394,6 +455,13 @@ PATTERNS = (
         embedding_bag_mean_pattern,
         embedding_bag_mean_replacement,
         match_embedding_bag_mean,
+    ),
+    Pattern(
+        "padded_masked_mean",
+        "partitioned_mean",
+        padded_masked_mean_pattern,
+        padded_masked_mean_replacement,
+        match_padded_masked_mean,
     ),
     Pattern("rms_norm", "rms_norm", rms_norm_pattern, rms_norm_replacement, match_rms_norm),
     Pattern("swiglu", "swiglu", swiglu_pattern, swiglu_replacement, match_swiglu),

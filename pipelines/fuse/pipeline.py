@@ -12,6 +12,8 @@ from pipelines.fuse import act
 from pipelines.fuse import model_spec
 from pipelines.fuse.understand import Profile
 from pipelines.fuse.understand import understand
+from pipelines.fuse.verify import standalone_gate
+from pipelines.fuse.verify import standalone_run
 from pipelines.fuse.verify import verify
 from pipelines.outcome import GateResult
 from pipelines.outcome import PipelineError
@@ -57,6 +59,8 @@ def run(spec: str, repo: str, chain_index: int = 0, progress=lambda text: None) 
     progress(f"wrote {path.relative_to(checkout.root)}; verifying")
     result.gates, result.figures = verify(model, inputs, path)
     result.gates.insert(0, checkstyle_gate(checkout, [p for p in written if p.endswith(".py")]))
+    model_file, factory = model_spec.parse(spec)
+    result.gates.append(standalone_gate(standalone_run(checkout.root, model_file, factory)))
     checkout.git.commit_all(f"fuse: add the {name} pass (liger-bot fuse {spec})")
     result.branch = branch
     result.files = written

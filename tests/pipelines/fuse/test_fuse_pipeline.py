@@ -26,6 +26,7 @@ def test_fuse_writes_a_verified_pass_on_a_branch(tmp_path, liger_checkout):
     assert "src/liger_kernel/fuse_passes/runtime/pooling_kernels.py" in result["files"]
     gates = {g["name"]: g for g in result["gates"]}
     assert gates["numerics vs eager"]["status"] == "PASS"
+    assert gates["runs without liger-bot"]["status"] == "PASS", gates["runs without liger-bot"]["detail"]
     assert gates["checkstyle"]["status"] == "PASS"  # the target's ruff check and format --check on the pass
     # a CPU host's timings are no speed claim, however they come out
     assert gates["step time"]["status"] == "SKIP" and "alternating rounds" in gates["step time"]["detail"]

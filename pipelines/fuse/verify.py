@@ -139,7 +139,11 @@ print(json.dumps({{"replaced": compiled.liger_fuse_stats.replaced, "out_max_abs_
 def standalone_run(root: Path, model_file: Path, factory: str, timeout: int = 300) -> dict:
     """The pass and the runtime as a training job in the target uses them: a child without liger-bot or this
     repository on its path. Returns the child's facts, or {"error": ...}."""
-    site = list(dict.fromkeys([sysconfig.get_paths()["purelib"], sysconfig.get_paths()["platlib"]]))
+    import triton
+
+    # where torch and triton are installed (a stage child may run with another prefix than the venv's own)
+    installed = [str(Path(module.__file__).parent.parent) for module in (torch, triton)]
+    site = list(dict.fromkeys([*installed, sysconfig.get_paths()["purelib"], sysconfig.get_paths()["platlib"]]))
     child = STANDALONE_CHILD.format(src=str(root / "src"), site=site, model=str(model_file), factory=factory)
     env = {"PATH": "/usr/bin:/bin", "HOME": str(root)}  # no PYTHONPATH
     if not torch.cuda.is_available():

@@ -9,6 +9,9 @@ from pipelines.outcome import PipelineError
 from pipelines.render import render
 
 PASS_DIR = Path("src/liger_kernel/fuse_passes")
+RUNTIME_DIR = PASS_DIR / "runtime"  # liger_fuse's runtime, copied: the passes and training code import it there
+RUNTIME_SOURCE = Path(__file__).with_name("runtime")
+RUNTIME_PACKAGE = "liger_kernel.fuse_passes.runtime"
 _NAME = re.compile(r"^[a-z][a-z0-9_]{0,47}$")
 
 
@@ -63,8 +66,25 @@ def write_pass(root: Path, model_spec: str, ops: tuple[str, ...], op_args: list[
     path.parent.mkdir(parents=True, exist_ok=True)
     init = path.parent / "__init__.py"
     if not init.exists():
-        init.write_text(
-            '"""liger_fuse passes written by liger-bot fuse (one module per pass, each with register())."""\n'
-        )
+        init.write_text(render("fuse/fuse_passes_init.py.j2"))
     path.write_text(text)
     return path
+
+
+def write_runtime(root: Path) -> list[Path]:
+    """Copy the runtime (relative imports only, torch and triton its only dependencies) into the target, so that
+    neither the passes nor the training job that compiles with them needs liger-bot installed."""
+    dest = root / RUNTIME_DIR
+    dest.mkdir(parents=True, exist_ok=True)
+    written = []
+    for source in sorted(RUNTIME_SOURCE.iterdir()):
+        if source.suffix not in (".py", ".json"):
+            continue
+        text = source.read_text().replace("pipelines.fuse.runtime", RUNTIME_PACKAGE)
+        if source.name == "__init__.py":
+            text = text.replace(
+                '"""liger_fuse runtime:', '"""liger_fuse runtime (copied by liger-bot fuse; do not edit):', 1
+            )
+        (dest / source.name).write_text(text)
+        written.append(dest / source.name)
+    return written

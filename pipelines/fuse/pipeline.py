@@ -13,6 +13,8 @@ from pipelines.fuse import act
 from pipelines.fuse import model_spec
 from pipelines.fuse.understand import Profile
 from pipelines.fuse.understand import understand
+from pipelines.fuse.verify import standalone_gate
+from pipelines.fuse.verify import standalone_run
 from pipelines.fuse.verify import verify
 from pipelines.outcome import GateResult
 from pipelines.outcome import PipelineError
@@ -51,14 +53,18 @@ def run(spec: str, repo: str, chain_index: int = 0, progress=lambda text: None) 
     branch = branch_name("fuse", name.replace("_", "-"))
     checkout.git.checkout(branch, create_from="HEAD")
     path = act.write_pass(checkout.root, spec, chain.ops, _chain_args(model, inputs, chain))
-    written = [str(p.relative_to(checkout.root)) for p in (path, path.parent / "__init__.py")]
+    runtime = act.write_runtime(checkout.root)
+    files = [path, path.parent / "__init__.py", *runtime]
+    written = [str(p.relative_to(checkout.root)) for p in files]
     format_with_target_style(checkout, written)  # the target's isort order and format, as autopatch's files
     progress(f"wrote {path.relative_to(checkout.root)}; verifying")
     result.gates, result.figures = verify(model, inputs, path)
-    result.gates.insert(0, checkstyle_gate(checkout, written))
+    result.gates.insert(0, checkstyle_gate(checkout, [p for p in written if p.endswith(".py")]))
+    model_file, factory = model_spec.parse(spec)
+    result.gates.append(standalone_gate(standalone_run(checkout.root, model_file, factory)))
     checkout.git.commit_all(f"fuse: add the {name} pass (liger-bot fuse {spec})")
     result.branch = branch
-    result.files = [str(path.relative_to(checkout.root))]
+    result.files = written
     return result
 
 

@@ -4,7 +4,11 @@ from __future__ import annotations
 
 import copy
 import importlib.util
+import json
 import statistics
+import subprocess
+import sys
+import sysconfig
 import time
 from pathlib import Path
 
@@ -107,3 +111,66 @@ def _step_ms(model, inputs, steps: int = 5) -> float:
     for _ in range(steps):
         model(*inputs).float().square().mean().backward()
     return (time.perf_counter() - start) / steps * 1e3
+
+
+# The child of the standalone gate: only the target's src/, the model's file and the installed packages on its path
+# (-S: site's .pth files, this project's editable install among them, are never read)
+STANDALONE_CHILD = """
+import copy, importlib.util, json, sys
+sys.path[:0] = [{src!r}]
+sys.path += {site!r}
+found = importlib.util.find_spec("pipelines") is not None
+import torch
+from liger_kernel.fuse_passes import registry_with_passes
+from liger_kernel.fuse_passes.runtime import compile
+loader = importlib.util.spec_from_file_location("liger_fuse_standalone_model", {model!r})
+module = importlib.util.module_from_spec(loader)
+sys.modules[loader.name] = module
+loader.loader.exec_module(module)
+model, inputs = getattr(module, {factory!r})()
+compiled = compile(copy.deepcopy(model), registry=registry_with_passes(), inner="aot_eager")
+diff = (compiled(*inputs).double() - model(*inputs).double()).abs().max().item()
+ours = sorted(m for m in sys.modules if m.split(".")[0] in ("pipelines", "bot", "kernel_templates"))
+print(json.dumps({{"replaced": compiled.liger_fuse_stats.replaced, "out_max_abs_diff": diff,
+                  "pipelines_importable": found, "loaded_from_liger_bot": ours}}))
+"""
+
+
+def standalone_run(root: Path, model_file: Path, factory: str, timeout: int = 300) -> dict:
+    """The pass and the runtime as a training job in the target uses them: a child without liger-bot or this
+    repository on its path. Returns the child's facts, or {"error": ...}."""
+    import triton
+
+    # where torch and triton are installed (a stage child may run with another prefix than the venv's own)
+    installed = [str(Path(module.__file__).parent.parent) for module in (torch, triton)]
+    site = list(dict.fromkeys([*installed, sysconfig.get_paths()["purelib"], sysconfig.get_paths()["platlib"]]))
+    child = STANDALONE_CHILD.format(src=str(root / "src"), site=site, model=str(model_file), factory=factory)
+    env = {"PATH": "/usr/bin:/bin", "HOME": str(root)}  # no PYTHONPATH
+    if not torch.cuda.is_available():
+        env["TRITON_INTERPRET"] = "1"  # the pooling kernels on CPU tensors, as the CPU tests run them
+    try:
+        done = subprocess.run(
+            [sys.executable, "-S", "-c", child], cwd=root, env=env, capture_output=True, text=True, timeout=timeout
+        )
+    except subprocess.TimeoutExpired:
+        return {"error": f"did not finish in {timeout} s"}
+    if done.returncode != 0:
+        return {"error": done.stderr.strip()[-1500:] or f"exit {done.returncode}"}
+    return json.loads(done.stdout.strip().splitlines()[-1])
+
+
+def standalone_gate(facts: dict) -> GateResult:
+    name = "runs without liger-bot"
+    if "error" in facts:
+        return GateResult(name, GateStatus.FAIL, facts["error"])
+    ok = (
+        facts["replaced"]
+        and facts["out_max_abs_diff"] < 1e-4
+        and not facts["pipelines_importable"]
+        and not facts["loaded_from_liger_bot"]
+    )
+    detail = (
+        f"the target's src/ only (liger_kernel.fuse_passes + its runtime): replaced {facts['replaced']}, "
+        f"out {facts['out_max_abs_diff']:.2e} vs eager"
+    )
+    return GateResult(name, GateStatus.PASS if ok else GateStatus.FAIL, detail)

@@ -10,13 +10,13 @@ imports triton, whose own jit functions are built for the interpreter or the GPU
 kernels count as unavailable on CPU and the original ops run.
 """
 
-from pipelines.fuse.runtime.backend import FuseStats
-from pipelines.fuse.runtime.backend import compile
-from pipelines.fuse.runtime.backend import make_backend
-from pipelines.fuse.runtime.families import default_registry
-from pipelines.fuse.runtime.pooling import grouped_partitioned_mean
-from pipelines.fuse.runtime.pooling import partitioned_mean
-from pipelines.fuse.runtime.registry import Registry
+from .backend import FuseStats
+from .backend import compile
+from .backend import make_backend
+from .families import default_registry
+from .pooling import grouped_partitioned_mean
+from .pooling import partitioned_mean
+from .registry import Registry
 
 __all__ = [
     "FuseStats",

@@ -16,10 +16,10 @@ from dataclasses import field
 
 import torch
 
-from pipelines.fuse.runtime.families import default_registry
-from pipelines.fuse.runtime.graph_pass import fuse_pass
-from pipelines.fuse.runtime.loop_capture import capture_loops
-from pipelines.fuse.runtime.registry import Registry
+from .families import default_registry
+from .graph_pass import fuse_pass
+from .loop_capture import capture_loops
+from .registry import Registry
 
 log = logging.getLogger("liger_fuse")
 
@@ -41,6 +41,11 @@ class FuseStats:
     @property
     def declined(self) -> dict[str, int]:
         return dict(self.registry.declined)
+
+    @property
+    def declined_reasons(self) -> dict[str, int]:
+        """ "pattern: reason" -> times, for every match left alone (the same lines the liger_fuse logger writes)."""
+        return dict(self.registry.declined_reasons)
 
 
 def make_backend(stats: FuseStats, inner: str | Callable = "inductor") -> Callable:

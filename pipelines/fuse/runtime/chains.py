@@ -7,8 +7,8 @@ from collections.abc import Callable
 
 from torch import fx
 
-from pipelines.fuse.runtime.patterns import Match
-from pipelines.fuse.runtime.patterns import Pattern
+from .patterns import Match
+from .patterns import Pattern
 
 
 def op_key(node: fx.Node) -> str:

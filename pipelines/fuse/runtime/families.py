@@ -8,11 +8,11 @@ from pathlib import Path
 
 import torch
 
-from pipelines.fuse.runtime.patterns import PATTERNS
-from pipelines.fuse.runtime.pooling import interpreter_active
-from pipelines.fuse.runtime.registry import Condition
-from pipelines.fuse.runtime.registry import Kernel
-from pipelines.fuse.runtime.registry import Registry
+from .patterns import PATTERNS
+from .pooling import interpreter_active
+from .registry import Condition
+from .registry import Kernel
+from .registry import Registry
 
 TIMINGS = Path(__file__).with_name("timings.json")  # written from benchmarks/pooling_h200.py's JSON
 

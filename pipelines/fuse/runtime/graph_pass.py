@@ -9,10 +9,10 @@ from __future__ import annotations
 
 from torch import fx
 
-from pipelines.fuse.runtime.families import KERNEL_FUNCTIONS
-from pipelines.fuse.runtime.fx_match import example
-from pipelines.fuse.runtime.registry import OperandSpec
-from pipelines.fuse.runtime.registry import Registry
+from .families import KERNEL_FUNCTIONS
+from .fx_match import example
+from .registry import OperandSpec
+from .registry import Registry
 
 
 def fuse_pass(gm: fx.GraphModule, registry: Registry) -> int:
@@ -47,7 +47,7 @@ def _apply(graph: fx.Graph, pattern, match, registry: Registry) -> int:
         registry.note_declined(name, reason, where)
         return 0
     with graph.inserting_before(match.root):
-        new = graph.call_function(_bound(match.replacement or pattern.replacement, kernel.name), match.args)
+        new = graph.call_function(_bound(match.replacement or pattern.replacement, kernel), match.args)
     new.meta.update(match.root.meta)
     match.root.replace_all_uses_with(new)
     _erase_unused(graph, match.nodes)
@@ -55,9 +55,10 @@ def _apply(graph: fx.Graph, pattern, match, registry: Registry) -> int:
     return 1
 
 
-def _bound(replacement, kernel_name: str):
+def _bound(replacement, kernel):
     """`replacement(..., pool=kernel)` as a named function FX can print into generated code."""
-    pool = KERNEL_FUNCTIONS[kernel_name]
+    kernel_name = kernel.name
+    pool = kernel.function or KERNEL_FUNCTIONS[kernel_name]
 
     def replacement_call(*args):
         return replacement(*args, pool=pool)

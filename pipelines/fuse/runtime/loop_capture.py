@@ -25,9 +25,9 @@ from dataclasses import dataclass
 
 import torch
 
-from pipelines.fuse.runtime.families import KERNEL_FUNCTIONS
-from pipelines.fuse.runtime.registry import OperandSpec
-from pipelines.fuse.runtime.registry import Registry
+from .families import KERNEL_FUNCTIONS
+from .registry import OperandSpec
+from .registry import Registry
 
 HELPER = "__liger_fuse_loops__"
 PATTERN_NAME = "loop_slice_mean_stack"

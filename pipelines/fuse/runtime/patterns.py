@@ -16,13 +16,15 @@ from dataclasses import field
 import torch
 import torch.nn.functional as F
 from torch import fx
+from torch.fx.experimental.symbolic_shapes import statically_known_true
 
-from pipelines.fuse.runtime.fx_match import arg
-from pipelines.fuse.runtime.fx_match import is_call
-from pipelines.fuse.runtime.fx_match import rows_mean_input
-from pipelines.fuse.runtime.fx_match import same_size
-from pipelines.fuse.runtime.fx_match import stacked_rows
-from pipelines.fuse.runtime.fx_match import strip_unary
+from .fx_match import arg
+from .fx_match import example
+from .fx_match import is_call
+from .fx_match import rows_mean_input
+from .fx_match import same_size
+from .fx_match import stacked_rows
+from .fx_match import strip_unary
 
 
 @dataclass
@@ -64,7 +66,10 @@ def loop_slice_mean_stack_pattern(values, offsets: list[int]):
 
 
 def loop_slice_mean_stack_replacement(values, offsets: list[int], *, pool):
-    return pool(values, offsets_from_sizes(values, [e - s for s, e in zip(offsets[:-1], offsets[1:], strict=False)]))
+    # the bounds are constants: the rows they cover are sliced out, so the kernel's offsets start at 0 and end at
+    # that slice's N (rows before the first bound or after the last belong to no partition, as in the loop)
+    sizes = [e - s for s, e in zip(offsets[:-1], offsets[1:], strict=False)]
+    return pool(values[offsets[0] : offsets[-1]], offsets_from_sizes(values, sizes))
 
 
 def match_loop_slice_mean_stack(node) -> Match | None:
@@ -83,11 +88,18 @@ def match_loop_slice_mean_stack(node) -> Match | None:
             return None
         if bounds and bounds[-1] != rows.start:
             return None  # partitions must be contiguous
+        if rows.start < 0 or rows.stop < rows.start:
+            return None  # negative (from the end) or empty-by-reversal slices: not the pooling loop
         source = sliced.args[0]
         bounds += [rows.start] if not bounds else []
         bounds.append(rows.stop)
         nodes += [item, sliced]
-    return Match(node, (source, bounds), source, [node, *nodes])
+    match = Match(node, (source, bounds), source, [node, *nodes])
+    rows = example(source)
+    if rows is None or not statically_known_true(bounds[-1] <= rows.shape[0]):
+        # a slice past the end is cut short by Python's slicing; the kernel would read past the values
+        match.declined = f"the last bound {bounds[-1]} is not provably within the values' rows"
+    return match
 
 
 # --- torch.split by lengths -> mean -> stack ----------------------------------------------------------------
@@ -158,6 +170,18 @@ def segments_lengths(node) -> fx.Node | None:
     return lengths if stop is not None and _is_size_of(stop, lengths) else None
 
 
+def index_reason(node) -> str:
+    """The trace-time guard on lengths / offsets: a 1-D integer tensor ("" when it holds, else why not)."""
+    value = example(node)
+    if value is None:
+        return "lengths / offsets have no example value to check"
+    if value.dim() != 1:
+        return f"lengths / offsets must be 1-D, got rank {value.dim()}"
+    if value.dtype.is_floating_point or value.dtype.is_complex or value.dtype == torch.bool:
+        return f"lengths / offsets must be an integer tensor, got {value.dtype}"
+    return ""
+
+
 def _is_size_of(stop, lengths: fx.Node) -> bool:
     value = lengths.meta.get("example_value")
     return value is not None and same_size(stop, value.shape[0])
@@ -184,7 +208,9 @@ def match_sum_div_counts(node) -> Match | None:
     lengths = segments_lengths(index)
     if lengths is None or strip_unary(counts, **_COUNT_CHAIN) is not lengths:
         return None
-    return Match(node, (values, lengths), values, [node, sums, sums.args[0]], name=name)
+    match = Match(node, (values, lengths), values, [node, sums, sums.args[0]], name=name)
+    match.declined = index_reason(lengths)
+    return match
 
 
 # --- scatter_reduce(..., "mean") -------------------------------------------------------------------------
@@ -210,6 +236,7 @@ def match_scatter_reduce_mean(node) -> Match | None:
         return None
     values = arg(node, 3, "src")
     match = Match(node, (values, lengths), values, [node, node.args[0]])
+    match.declined = index_reason(lengths)
     if arg(node, 5, "include_self", True):
         match.declined = "include_self=True averages the initial zeros in too"
     return match
@@ -236,10 +263,13 @@ def match_segment_reduce_mean(node) -> Match | None:
         return None
     values = arg(node, 0, "data")
     if node.kwargs.get("lengths") is not None:
-        return Match(node, (values, node.kwargs["lengths"]), values, [node])
+        lengths = node.kwargs["lengths"]
+        return Match(node, (values, lengths), values, [node], declined=index_reason(lengths))
     if node.kwargs.get("offsets") is not None:
         offsets = node.kwargs["offsets"]
-        return Match(node, (values, offsets), values, [node], replacement=segment_reduce_offsets_replacement)
+        match = Match(node, (values, offsets), values, [node], replacement=segment_reduce_offsets_replacement)
+        match.declined = index_reason(offsets)
+        return match
     return None
 
 
@@ -270,7 +300,68 @@ def match_embedding_bag_mean(node) -> Match | None:
         if arg(node, position, name) is not None:
             return None
     include_last = bool(arg(node, 9, "include_last_offset", False))
-    return Match(node, (values, offsets, include_last), values, [node, indices])
+    return Match(node, (values, offsets, include_last), values, [node, indices], declined=index_reason(offsets))
+
+
+# --- masked mean over padded rows: recognised and left alone, with the reason counted ---------------------
+
+
+def padded_masked_mean_pattern(padded, lengths):
+    mask = torch.arange(padded.shape[1])[None, :] < lengths[:, None]
+    return (padded * mask.unsqueeze(-1)).sum(1) / lengths.clamp(min=1).unsqueeze(-1)
+
+
+def padded_masked_mean_replacement(padded, lengths, *, pool):
+    raise NotImplementedError("recognised only: no kernel pools a padded [B, L, D] tensor yet")
+
+
+PADDED_REASON = "no kernel pools a padded [B, L, D] tensor yet (the pooling kernel reads packed [N, D] rows)"
+PADDED_SPLIT_REASON = (
+    "the mask's lengths are a tensor the trace cannot prove equal to the split's sizes (constants from .tolist()): "
+    "left to the inner compiler"
+)
+_MASK_CHAIN = {"methods": ("unsqueeze", "to", "float", "type_as", "view", "reshape"), "functions": (torch.unsqueeze,)}
+
+
+def _length_mask(node) -> bool:
+    """`arange(L)[None, :] < lengths[:, None]` (either side), through unsqueeze / [..., None] / dtype casts."""
+    node = strip_unary(node, **_MASK_CHAIN)
+    if is_call(node, (operator.getitem,)) and node.args[1] in ((Ellipsis, None), (Ellipsis, None, None)):
+        node = strip_unary(node.args[0], **_MASK_CHAIN)
+    if not is_call(node, (operator.lt, torch.lt, operator.gt, torch.gt), ("lt", "gt")):
+        return False
+    return any(is_call(strip_unary(a), (torch.arange,)) for a in node.args if isinstance(a, fx.Node))
+
+
+def _padded_split(node) -> bool:
+    if not is_call(node, (torch.nn.utils.rnn.pad_sequence, torch._C._nn.pad_sequence)):
+        return False
+    items = node.args[0] if node.args else ()
+    return bool(items) and all(
+        is_call(i, (operator.getitem,)) and is_call(i.args[0], (torch.split,), ("split",)) for i in items
+    )
+
+
+def match_padded_masked_mean(node) -> Match | None:
+    if not is_call(node, (operator.truediv, torch.div, torch.true_divide), ("div", "true_divide")):
+        return None
+    sums = node.args[0]
+    if not is_call(sums, (torch.sum,), ("sum",)) or arg(sums, 1, "dim") not in (1, (1,), [1]):
+        return None
+    product = sums.args[0]
+    if not is_call(product, (operator.mul, torch.mul), ("mul",)):
+        return None
+    for padded, mask in (product.args, product.args[::-1]):
+        value = example(padded)
+        if value is None or value.dim() != 3 or not _length_mask(mask):
+            continue
+        if _padded_split(padded):
+            match = Match(node, (padded,), padded, [], name="padded_split_masked_mean")
+            match.declined = PADDED_SPLIT_REASON
+        else:
+            match = Match(node, (padded,), padded, [], name="padded_masked_mean", declined=PADDED_REASON)
+        return match
+    return None
 
 
 # --- Liger families: RMSNorm and SwiGLU (HF's eager forms) ----------------------------------------------
@@ -364,6 +455,13 @@ PATTERNS = (
         embedding_bag_mean_pattern,
         embedding_bag_mean_replacement,
         match_embedding_bag_mean,
+    ),
+    Pattern(
+        "padded_masked_mean",
+        "partitioned_mean",
+        padded_masked_mean_pattern,
+        padded_masked_mean_replacement,
+        match_padded_masked_mean,
     ),
     Pattern("rms_norm", "rms_norm", rms_norm_pattern, rms_norm_replacement, match_rms_norm),
     Pattern("swiglu", "swiglu", swiglu_pattern, swiglu_replacement, match_swiglu),

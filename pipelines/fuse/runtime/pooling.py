@@ -40,7 +40,7 @@ def can_run_on(device: torch.device) -> bool:
 
 
 def _kernels():
-    from pipelines.fuse.runtime import pooling_kernels
+    from . import pooling_kernels
 
     return pooling_kernels
 
@@ -115,7 +115,10 @@ def _launcher(kernel, traceable: bool):
 
 def _check(values: torch.Tensor, offsets: torch.Tensor) -> None:
     torch._check(values.dim() == 2, lambda: f"values must be [N, D], got {tuple(values.shape)}")
-    torch._check(offsets.dim() == 1 and offsets.shape[0] >= 2, lambda: "offsets must be [B+1] with B >= 1")
+    torch._check(
+        offsets.dim() == 1 and offsets.shape[0] >= 1,
+        lambda: f"offsets must be 1-D [B+1] with B >= 0, got shape {tuple(offsets.shape)}",
+    )
     torch._check(values.dtype in SUPPORTED_DTYPES, lambda: f"values dtype {values.dtype} is not fp32/bf16/fp16")
     torch._check(
         not offsets.dtype.is_floating_point and not offsets.dtype.is_complex and offsets.dtype != torch.bool,
@@ -123,15 +126,20 @@ def _check(values: torch.Tensor, offsets: torch.Tensor) -> None:
     )
 
 
-def check_offsets(values: torch.Tensor, offsets: torch.Tensor) -> None:
-    """The eager entry point's value checks (one device sync): offsets never decrease and stay within [0, N], so no
-    partition reads outside `values` (rows before offsets[0] or after offsets[-1] belong to no partition, as
-    defined). Under a trace the values are unknown; the pass builds its offsets from lengths or sizes."""
+def check_offsets(values: torch.Tensor, offsets: torch.Tensor, whole: bool = False) -> None:
+    """The value checks (one device sync): offsets never decrease and stay within [0, N], so no partition reads
+    outside `values`; `whole` (the public entry points) also asks them to start at 0 and end at N, so every row
+    belongs to a partition. The op the pass calls keeps the wider definition (rows before offsets[0] or after
+    offsets[-1] belong to no partition, as a loop over slices has it). Under a trace the values are unknown."""
     _check(values, offsets)
     if torch.compiler.is_compiling() or isinstance(offsets, torch._subclasses.FakeTensor):
         return
     rows = values.shape[0]
     first, last = int(offsets[0]), int(offsets[-1])
+    if whole and first != 0:
+        raise ValueError(f"offsets must start at 0, got offsets[0]={first}")
+    if whole and last != rows:
+        raise ValueError(f"offsets must end at N={rows} (values' rows), got offsets[-1]={last}")
     if first < 0 or last > rows:
         raise ValueError(f"offsets must lie within [0, N={rows}] (values' rows), got {first}..{last}")
     steps = offsets[1:] - offsets[:-1]
@@ -166,6 +174,8 @@ def partitioned_mean_forward(
     offsets = offsets.to(torch.int64).contiguous()
     n, d = values.shape
     b = offsets.shape[0] - 1
+    if b == 0 or n == 0:  # no partition, or every partition empty: zeros, no launch
+        return values.new_zeros(b, d)
     pairs = _readable_in_pairs(values)
     cfg = {**FORWARD_DEFAULTS, **(config or launch_config(n, d, values.device, values.dtype, pairs=pairs))}
     cfg["PAIRS"] = cfg["PAIRS"] and pairs
@@ -186,6 +196,8 @@ def partitioned_mean_backward(
     grad_out = grad_out.contiguous()
     offsets = offsets.to(torch.int64).contiguous()
     b, d = grad_out.shape
+    if b == 0 or rows == 0:
+        return grad_out.new_zeros(rows, d)
     cfg = dict(config or launch_config(rows, d, grad_out.device, grad_out.dtype, backward=True))
     rows_per_program = cfg.pop("R")
     grad_values = grad_out.new_empty(rows, d)
@@ -316,7 +328,8 @@ def _(grad_out, offsets, rows):
 
 
 @torch.library.triton_op("liger_fuse::partitioned_mean", mutates_args=())
-def partitioned_mean(values: torch.Tensor, offsets: torch.Tensor) -> torch.Tensor:
+def partitioned_mean_op(values: torch.Tensor, offsets: torch.Tensor) -> torch.Tensor:
+    """What the pass calls: offsets within [0, N], never decreasing (rows outside them belong to no partition)."""
     check_offsets(values, offsets)
     if interpreter_active():
         return partitioned_mean_opaque(values, offsets)
@@ -341,13 +354,23 @@ def _backward(ctx, grad_out):
     return partitioned_mean_grad(grad_out, offsets, ctx.rows), None
 
 
-partitioned_mean.register_autograd(_backward, setup_context=_setup_context)
+partitioned_mean_op.register_autograd(_backward, setup_context=_setup_context)
+
+
+def partitioned_mean(values: torch.Tensor, offsets: torch.Tensor) -> torch.Tensor:
+    """The eager entry point: out[b] = mean of values[offsets[b]:offsets[b+1]] (zeros for an empty partition).
+
+    values [N, D] fp32 / bf16 / fp16 (accumulated in fp32, returned in its own dtype); offsets [B+1], integer, from
+    0 to N, never decreasing: anything else is refused with the reason. B = 0 or N = 0 gives zeros [B, D], which
+    still carry a grad_fn when values require grad."""
+    check_offsets(values, offsets, whole=True)
+    return partitioned_mean_op(values, offsets)
 
 
 @torch.library.custom_op("liger_fuse::grouped_partitioned_mean", mutates_args=())
 def grouped_partitioned_mean(values: list[torch.Tensor], offsets: list[torch.Tensor]) -> list[torch.Tensor]:
     for feature_values, feature_offsets in zip(values, offsets, strict=True):
-        check_offsets(feature_values, feature_offsets)
+        check_offsets(feature_values, feature_offsets, whole=True)
     return grouped_partitioned_mean_forward(values, offsets)
 
 
@@ -385,5 +408,7 @@ grouped_partitioned_mean.register_autograd(_grouped_backward, setup_context=_gro
 def partitioned_mean_reference(values: torch.Tensor, offsets: torch.Tensor) -> torch.Tensor:
     """The definition, in plain PyTorch (empty partition -> zeros), accumulated in fp32."""
     bounds = offsets.tolist()
+    if len(bounds) < 2:
+        return values.new_zeros(0, values.shape[1])
     rows = [values[s:e].float().sum(0) / max(e - s, 1) for s, e in zip(bounds[:-1], bounds[1:], strict=False)]
     return torch.stack(rows).to(values.dtype)

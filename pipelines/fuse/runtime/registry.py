@@ -76,6 +76,7 @@ class Kernel:
     family: str
     condition: Condition
     timings_ms: dict[tuple[str, str], float] = field(default_factory=dict)  # (gpu name, size bucket) -> ms
+    function: Callable | None = None  # what the replacement calls as `pool` (None: families.KERNEL_FUNCTIONS)
 
     def timing(self, gpu: str, bucket: str) -> float:
         return self.timings_ms.get((gpu, bucket), float("inf"))
@@ -87,6 +88,7 @@ class Registry:
         self.patterns: list = []  # Pattern entries (see patterns.py), tried in order
         self.replaced: Counter[str] = Counter()  # pattern name -> times replaced
         self.declined: Counter[str] = Counter()  # pattern name -> times matched but left alone
+        self.declined_reasons: Counter[str] = Counter()  # "pattern: reason" -> times
 
     def register_kernel(self, kernel: Kernel) -> Kernel:
         self.kernels.setdefault(kernel.family, []).append(kernel)
@@ -96,6 +98,17 @@ class Registry:
         if any(p.name == pattern.name for p in self.patterns):
             raise ValueError(f"pattern {pattern.name!r} is registered twice")
         self.patterns.append(pattern)
+
+    def register_chain(self, name: str, ops, pattern, replacement, function, devices=("cuda", "cpu"), dtypes=()):
+        """A linear chain of ops (a pass written by `liger-bot fuse`) and the kernel that replaces it, in one call:
+        a generated pass needs nothing of this package but the registry it is handed."""
+        from .chains import chain_pattern
+
+        dtypes = tuple(dtypes) or (torch.float32, torch.bfloat16, torch.float16)
+        kernel = Kernel(f"{name}_kernel", name, Condition(tuple(devices), dtypes), function=function)
+        self.register_kernel(kernel)
+        self.register_pattern(chain_pattern(name, tuple(ops), pattern, replacement, name))
+        return kernel
 
     def pick(self, family: str, spec: OperandSpec, gpu: str | None = None) -> tuple[Kernel | None, str]:
         """The fastest applicable kernel and why: ("", kernel) or (None, every candidate's reason)."""
@@ -119,6 +132,7 @@ class Registry:
 
     def note_declined(self, pattern: str, reason: str, where: str) -> None:
         self.declined[pattern] += 1
+        self.declined_reasons[f"{pattern}: {reason}"] += 1
         log.info("liger_fuse: left %s alone at %s (%s)", pattern, where, reason)
 
 

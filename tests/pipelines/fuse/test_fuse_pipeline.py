@@ -18,9 +18,15 @@ def test_fuse_writes_a_verified_pass_on_a_branch(tmp_path, liger_checkout):
     assert status == ExitStatus.OK, err.getvalue()
     result = json.loads(out.getvalue())
     assert result["profile"]["chains"][0]["ops"] == ["call_function:mul", "call_function:add", "call_function:tanh"]
-    assert result["files"] == ["src/liger_kernel/fuse_passes/fused_mul_add_tanh.py"]
+    assert result["files"][:2] == [
+        "src/liger_kernel/fuse_passes/fused_mul_add_tanh.py",
+        "src/liger_kernel/fuse_passes/__init__.py",
+    ]
+    # the runtime the pass and the training job import, copied beside the pass (no liger-bot needed there)
+    assert "src/liger_kernel/fuse_passes/runtime/pooling_kernels.py" in result["files"]
     gates = {g["name"]: g for g in result["gates"]}
     assert gates["numerics vs eager"]["status"] == "PASS"
+    assert gates["runs without liger-bot"]["status"] == "PASS", gates["runs without liger-bot"]["detail"]
     assert gates["checkstyle"]["status"] == "PASS"  # the target's ruff check and format --check on the pass
     # a CPU host's timings are no speed claim, however they come out
     assert gates["step time"]["status"] == "SKIP" and "alternating rounds" in gates["step time"]["detail"]
@@ -28,6 +34,7 @@ def test_fuse_writes_a_verified_pass_on_a_branch(tmp_path, liger_checkout):
     assert result["figures"]["replaced"] == {"fused_mul_add_tanh": 1}
     written = (liger_checkout.root / result["files"][0]).read_text()
     assert "def fused_mul_add_tanh_pattern(x, e0):" in written and "def register(registry):" in written
+    assert "pipelines" not in written
     assert liger_checkout.git.current_branch() == result["branch"] and not liger_checkout.git.dirty_paths()
 
 

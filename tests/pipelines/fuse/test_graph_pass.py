@@ -1,5 +1,6 @@
 """The pass replaces every registered form in a Dynamo graph and leaves the graph alone where it must."""
 
+import pytest
 import torch
 import torch.nn.functional as F
 
@@ -113,18 +114,19 @@ def test_fp16_values_are_pooled_by_the_kernel():
 
 def _refusing_rewritten_graphs(gm, example_inputs):
     """An inner compiler that cannot compile a graph holding our kernel (as Dynamo's fake run of a replacement can
-    fail) and compiles anything else."""
+    fail: the TorchRuntimeError the split form raised on torch 2.11) and compiles anything else."""
     if any("triton_partitioned_mean" in t for t in _targets([gm])):
-        raise RuntimeError("the replacement does not trace")
+        raise torch._dynamo.exc.TorchRuntimeError("the replacement does not trace")
     return gm.forward
 
 
-def test_a_rewritten_graph_that_does_not_compile_falls_back_to_the_graph_as_it_came():
+@pytest.mark.parametrize(("form", "arg"), [(segment_reduce_form, LENGTHS), (split_form, [3, 1, 6])])
+def test_a_rewritten_graph_that_does_not_compile_falls_back_to_the_graph_as_it_came(form, arg):
     torch._dynamo.reset()
     values = torch.randn(10, 4)
-    compiled = fuse_compile(segment_reduce_form, inner=_refusing_rewritten_graphs)
-    torch.testing.assert_close(compiled(values, LENGTHS), segment_reduce_form(values, LENGTHS))
-    assert compiled.liger_fuse_stats.fallbacks == ["RuntimeError: the replacement does not trace"]
+    compiled = fuse_compile(form, inner=_refusing_rewritten_graphs)
+    torch.testing.assert_close(compiled(values, arg), form(values, arg))
+    assert compiled.liger_fuse_stats.fallbacks == ["TorchRuntimeError: the replacement does not trace"]
 
 
 def test_a_graph_the_pass_left_alone_fails_as_plain_torch_compile_would():
@@ -148,6 +150,9 @@ def test_include_self_scatter_reduce_is_not_a_partitioned_mean():
     values = torch.randn(10, 4)
     torch.testing.assert_close(compiled(values, LENGTHS), scatter_reduce_form(values, LENGTHS, include_self=True))
     assert compiled.liger_fuse_stats.declined == {"scatter_reduce_mean": 1}
+    assert compiled.liger_fuse_stats.declined_reasons == {
+        "scatter_reduce_mean: include_self=True averages the initial zeros in too": 1
+    }
     assert "scatter_reduce" in _targets(graphs)
 
 
@@ -198,3 +203,89 @@ def test_a_speed_claim_on_a_gpu_needs_a_gain_beyond_the_spread_of_the_rounds():
     assert step_time_gate(noisy, "cuda").status.value == "FAIL"
     assert step_time_gate(figures([9.9] * 5, [10.0] * 5), "cuda").status.value == "FAIL"  # 1%: under the threshold
     assert step_time_gate(steady, "cpu").status.value == "SKIP"
+
+
+def test_a_loop_whose_bounds_skip_leading_rows_pools_the_rows_it_names():
+    def skips_rows(v):
+        return torch.stack([v[2:5].mean(0), v[5:6].mean(0), v[6:9].mean(0)])
+
+    values = torch.randn(10, 4, requires_grad=True)
+    compiled, graphs = _compiled(skips_rows)
+    out = compiled(values)
+    assert compiled.liger_fuse_stats.replaced == {"loop_slice_mean_stack": 1}
+    torch.testing.assert_close(out, skips_rows(values))
+    out.sum().backward()
+    assert values.grad[:2].abs().sum() == 0 and values.grad[9:].abs().sum() == 0
+
+
+def test_a_loop_slicing_past_the_rows_is_left_alone_with_the_reason_counted():
+    def past_the_end(v):
+        return torch.stack([v[0:3].mean(0), v[3:15].mean(0)])  # Python's slicing stops at row 10
+
+    values = torch.randn(10, 4)
+    compiled, graphs = _compiled(past_the_end)
+    torch.testing.assert_close(compiled(values), past_the_end(values))
+    stats = compiled.liger_fuse_stats
+    assert stats.replaced == {} and stats.declined == {"loop_slice_mean_stack": 1}
+    assert stats.declined_reasons == {
+        "loop_slice_mean_stack: the last bound 15 is not provably within the values' rows": 1
+    }
+
+
+def test_lengths_that_are_not_a_1d_integer_tensor_fail_the_trace_time_guard():
+    from torch import fx
+
+    from pipelines.fuse.runtime.patterns import index_reason
+
+    graph = fx.Graph()
+    node = graph.placeholder("lengths")
+    for value, reason in (
+        (torch.tensor([1, 2]), ""),
+        (torch.tensor([1.0, 2.0]), "lengths / offsets must be an integer tensor, got torch.float32"),
+        (torch.tensor([[1, 2]]), "lengths / offsets must be 1-D, got rank 2"),
+    ):
+        node.meta["example_value"] = value
+        assert index_reason(node) == reason
+
+
+def test_split_by_lengths_tolist_runs_and_is_pooled_by_the_kernel_batch_after_batch():
+    def split_tolist(x, lengths):
+        return torch.stack([t.mean(0) for t in torch.split(x, lengths.tolist())])
+
+    torch._dynamo.reset()
+    compiled = fuse_compile(split_tolist, inner="aot_eager")
+    for lengths in ([3, 1, 6], [2, 2, 5, 1]):
+        x = torch.randn(sum(lengths), 4, requires_grad=True)
+        torch.testing.assert_close(compiled(x, torch.tensor(lengths)), split_tolist(x, torch.tensor(lengths)))
+    assert compiled.liger_fuse_stats.replaced == {"split_mean_stack": 2}
+    assert compiled.liger_fuse_stats.fallbacks == []
+
+
+def padded_split_form(x, lengths):
+    padded = torch.nn.utils.rnn.pad_sequence(torch.split(x, lengths.tolist()), batch_first=True)
+    mask = torch.arange(padded.shape[1])[None, :] < lengths[:, None]
+    return (padded * mask.unsqueeze(-1)).sum(1) / lengths.clamp(min=1).unsqueeze(-1)
+
+
+def padded_form(x, lengths):
+    mask = (torch.arange(x.shape[1])[None, :] < lengths[:, None]).to(x.dtype)
+    return (x * mask[..., None]).sum(dim=1) / lengths[:, None]
+
+
+def test_masked_means_over_padded_rows_run_and_are_left_alone_with_the_reason_counted():
+    from pipelines.fuse.runtime.patterns import PADDED_REASON
+    from pipelines.fuse.runtime.patterns import PADDED_SPLIT_REASON
+
+    x = torch.randn(10, 4, requires_grad=True)
+    padded = torch.randn(3, 6, 4, requires_grad=True)
+    for form, args, name, reason in (
+        (padded_split_form, (x, LENGTHS), "padded_split_masked_mean", PADDED_SPLIT_REASON),
+        (padded_form, (padded, LENGTHS), "padded_masked_mean", PADDED_REASON),
+    ):
+        compiled, graphs = _compiled(form)
+        out = compiled(*args)
+        torch.testing.assert_close(out, form(*args))
+        out.sum().backward()
+        stats = compiled.liger_fuse_stats
+        assert stats.replaced == {} and stats.declined_reasons == {f"{name}: {reason}": 1}, form.__name__
+    torch.testing.assert_close(padded_split_form(x, LENGTHS), pooling.partitioned_mean_reference(x, OFFSETS))

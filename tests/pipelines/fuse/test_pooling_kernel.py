@@ -48,11 +48,13 @@ def test_forward_and_backward_match_the_definition(case, dtype):
     ("offsets", "message"),
     [
         ([0, 5, 3, 10], r"offsets must not decrease: offsets\[1\]=5 > offsets\[2\]=3"),
-        ([0, 3, 11], r"offsets must lie within \[0, N=10\]"),
-        ([-1, 3, 10], r"offsets must lie within \[0, N=10\]"),
+        ([0, 3, 11], r"offsets must end at N=10 \(values' rows\), got offsets\[-1\]=11"),
+        ([0, 3, 9], r"offsets must end at N=10 \(values' rows\), got offsets\[-1\]=9"),
+        ([-1, 3, 10], r"offsets must start at 0, got offsets\[0\]=-1"),
+        ([2, 3, 10], r"offsets must start at 0, got offsets\[0\]=2"),
     ],
 )
-def test_offsets_that_would_read_outside_the_values_are_refused_with_the_reason(offsets, message):
+def test_offsets_that_do_not_cover_the_values_rows_in_order_are_refused_with_the_reason(offsets, message):
     with pytest.raises(ValueError, match=message):
         pooling.partitioned_mean(torch.randn(10, 4), torch.tensor(offsets))
     with pytest.raises(ValueError, match=message):
@@ -62,6 +64,38 @@ def test_offsets_that_would_read_outside_the_values_are_refused_with_the_reason(
 def test_offsets_of_a_floating_dtype_are_refused():
     with pytest.raises(RuntimeError, match="offsets must be an integer tensor, got torch.float32"):
         pooling.partitioned_mean(torch.randn(10, 4), torch.tensor([0.0, 3.0, 10.0]))
+
+
+def test_offsets_that_are_not_1d_are_refused():
+    with pytest.raises(RuntimeError, match=r"offsets must be 1-D \[B\+1\] with B >= 0, got shape \(2, 2\)"):
+        pooling.partitioned_mean(torch.randn(10, 4), torch.tensor([[0, 3], [3, 10]]))
+
+
+def test_the_op_the_pass_calls_keeps_rows_outside_the_offsets_but_refuses_reads_past_the_values():
+    values = torch.randn(10, 4)
+    out = pooling.partitioned_mean_op(values, torch.tensor([2, 5, 7]))  # a loop over slices may skip rows
+    torch.testing.assert_close(out, torch.stack([values[2:5].mean(0), values[5:7].mean(0)]))
+    with pytest.raises(ValueError, match=r"offsets must lie within \[0, N=10\]"):
+        pooling.partitioned_mean_op(values, torch.tensor([0, 3, 11]))
+
+
+@pytest.mark.parametrize(("rows", "offsets"), [(0, [0]), (0, [0, 0, 0]), (0, [0, 0])])
+def test_an_empty_batch_gives_zeros_that_still_carry_a_grad_fn(rows, offsets):
+    values = torch.randn(rows, 6, requires_grad=True)
+    out = pooling.partitioned_mean(values, torch.tensor(offsets))
+    assert out.shape == (len(offsets) - 1, 6) and out.abs().sum() == 0
+    assert out.grad_fn is not None
+    out.sum().backward()
+    assert values.grad.shape == (rows, 6)
+    assert pooling.partitioned_mean(values.detach(), torch.tensor(offsets)).grad_fn is None
+
+
+def test_fp16_values_run_and_come_back_in_fp16():
+    offsets = _offsets([3, 0, 2])
+    values = torch.randn(5, 4, dtype=torch.float16)
+    out = pooling.partitioned_mean(values, offsets)
+    assert out.dtype == torch.float16
+    torch.testing.assert_close(out, pooling.partitioned_mean_reference(values.float(), offsets).half())
 
 
 def test_empty_partitions_give_zeros_not_nan():
@@ -74,7 +108,7 @@ def test_empty_partitions_give_zeros_not_nan():
 def test_rows_outside_the_partitions_get_zero_gradient():
     offsets = torch.tensor([2, 5, 7])  # rows 0-1 and 7-9 belong to no partition
     values = torch.randn(10, 4, requires_grad=True)
-    pooling.partitioned_mean(values, offsets).sum().backward()
+    pooling.partitioned_mean_op(values, offsets).sum().backward()  # the op the pass calls
     assert values.grad[:2].abs().sum() == 0 and values.grad[7:].abs().sum() == 0
     torch.testing.assert_close(values.grad[2:5], torch.full((3, 4), 1 / 3))
 
@@ -93,7 +127,7 @@ def test_grouped_form_pools_features_of_different_widths_in_one_call():
 def test_custom_op_passes_torch_library_opcheck():
     offsets = _offsets([2, 0, 3])
     values = torch.randn(5, 4, requires_grad=True)
-    torch.library.opcheck(pooling.partitioned_mean, (values, offsets), test_utils=("test_schema", "test_faketensor"))
+    torch.library.opcheck(pooling.partitioned_mean_op, (values, offsets), test_utils=("test_schema", "test_faketensor"))
 
 
 @pytest.mark.parametrize(

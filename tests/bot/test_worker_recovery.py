@@ -36,7 +36,7 @@ def start_worker(tmp_path: Path, remote: Path, state: Path, block: Path) -> subp
     return subprocess.Popen(argv, cwd=ROOT, env=env, stdout=log, stderr=subprocess.STDOUT)
 
 
-def wait_for(store: Store, job_id: int, states: set[JobState], proc_log: Path, timeout: float = 30.0):
+def wait_for(store: Store, job_id: int, states: set[JobState], proc_log: Path, timeout: float = 120.0):
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:
         job = store.get(job_id)

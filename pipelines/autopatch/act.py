@@ -1191,13 +1191,16 @@ def edit_convergence(source: str, plan: Plan, dtype: str) -> str:
         attn_implementation=attention_implementation(plan),
     )
     source = edits.insert_top_level(source, edits.guarded_setup, f"mini_{x}", setup)
-    cases = edits.find_parametrize_list(edits.find_function(ast.parse(source), "test_mini_model"))
-    lr, *tolerances = reference_tolerances(source, cases.elts, plan, dtype)
+    tree = ast.parse(source)
+    cases = edits.find_parametrize_list(edits.find_function(tree, "test_mini_model"))
+    lr, *tolerances = reference_tolerances(source, cases.elts, edits.mini_model_setups(tree), plan, dtype)
     param = render.render("autopatch/convergence_param.py.j2", **ctx, lr=lr, dtype=dtype, tolerances=tolerances)
     return edits.insert_element(source, cases.elts, edits.case_name, f"mini_{x}", param.strip().rstrip(","))
 
 
-def reference_tolerances(source: str, cases: list[ast.expr], plan: Plan, dtype: str) -> list[str]:
+def reference_tolerances(
+    source: str, cases: list[ast.expr], setups: dict[str, edits.MiniSetup], plan: Plan, dtype: str
+) -> list[str]:
     """lr and the six tolerances of the generated entry, as the target writes them. The family's entry
     (REFERENCE_CASES, else TOLERANCES) is the floor; where the file has an enabled entry for a model that `plan`'s
     modular file subclasses (a routed one for a routed model), its lr is taken and each tolerance is the looser of the
@@ -1208,7 +1211,7 @@ def reference_tolerances(source: str, cases: list[ast.expr], plan: Plan, dtype: 
     full = {name: case for case in cases if (name := edits.case_name(case)) and len(_values(case)) >= 10}
     fallback = full.get(REFERENCE_CASES[plan.tolerance_family])
     floor = _segments(source, fallback) if fallback else list(TOLERANCES[(plan.tolerance_family, dtype)])
-    parent = _parent_case(source, list(full), plan)
+    parent = _parent_case(setups, list(full), plan)
     if parent is None:
         return floor
     lr, *tolerances = _segments(source, full[parent])
@@ -1223,8 +1226,7 @@ def _looser(theirs: str, ours: str) -> str:
         return ours
 
 
-def _parent_case(source: str, names: list[str], plan: Plan) -> str | None:
-    setups = edits.mini_model_setups(ast.parse(source))
+def _parent_case(setups: dict[str, edits.MiniSetup], names: list[str], plan: Plan) -> str | None:
     for parent in plan.profile.identity.derived_from:
         for name in names:
             setup = setups.get(name)

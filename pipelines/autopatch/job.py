@@ -77,12 +77,18 @@ def approved_or_understood(request: Request, understand: Callable[[Request], obj
     return understand(request)
 
 
-def _understood_here(request: Request):
-    from pipelines.autopatch import pipeline
+def _with_settings(profile, settings: tuple[str, ...]):
+    """The profile with the request's `field=value` overrides applied (none: the profile as understood)."""
     from pipelines.autopatch.profile import parse_overrides
 
-    profile = pipeline.understand_model(request.target, request.checkout)
-    return profile.with_overrides(parse_overrides(list(request.settings))) if request.settings else profile
+    return profile.with_overrides(parse_overrides(list(settings))) if settings else profile
+
+
+def _understood_here(request: Request):
+    """understand on the bot's own branch: the target supports the model there already, so nothing refuses it."""
+    from pipelines.autopatch import pipeline
+
+    return _with_settings(pipeline.understand_model(request.target, request.checkout), request.settings)
 
 
 def verify_branch(request: Request, progress: Progress) -> list[GateResult]:
@@ -100,12 +106,7 @@ def autopatch_pipeline(understand: Callable | None = None, run_pipeline: Callabl
     run_pipeline = run_pipeline or real_run
 
     def profile_for(request: Request):
-        profile = call_understand(understand, request.target, request.checkout)
-        if request.settings:
-            from pipelines.autopatch.profile import parse_overrides
-
-            profile = profile.with_overrides(parse_overrides(list(request.settings)))
-        return profile
+        return _with_settings(call_understand(understand, request.target, request.checkout), request.settings)
 
     def understood(request: Request) -> Understood:
         profile = profile_for(request)

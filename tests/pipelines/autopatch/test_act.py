@@ -230,12 +230,12 @@ def test_mini_model(model_name, num_steps, lr, dtype, loss_atol, loss_rtol, logp
 
 def test_moe_tolerances_come_from_the_enabled_moe_entry_never_a_commented_out_one():
     cases = edits.find_parametrize_list(edits.find_function(ast.parse(MOE_CASES), "test_mini_model")).elts
-    moe = act.reference_tolerances(MOE_CASES, cases, _plan_of("moe"), "float32")
+    moe = act.reference_tolerances(MOE_CASES, cases, {}, _plan_of("moe"), "float32")
     assert moe == ["1e-5", "1e-5", "2e-3", "5e-3", "1e-2", "5e-3", "1e-5"]
-    assert act.reference_tolerances(MOE_CASES, cases, _plan_of("dense"), "float32")[0] == "3e-4"
+    assert act.reference_tolerances(MOE_CASES, cases, {}, _plan_of("dense"), "float32")[0] == "3e-4"
     without_moe = MOE_CASES.replace('"mini_qwen3_moe"', '"mini_other"')
     cases = edits.find_parametrize_list(edits.find_function(ast.parse(without_moe), "test_mini_model")).elts
-    fallback = act.reference_tolerances(without_moe, cases, _plan_of("moe"), "float32")
+    fallback = act.reference_tolerances(without_moe, cases, {}, _plan_of("moe"), "float32")
     assert fallback == list(act.TOLERANCES[("moe", "float32")])
 
 

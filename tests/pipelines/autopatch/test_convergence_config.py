@@ -133,6 +133,8 @@ def _tolerances(derived_from: tuple[str, ...], moe: bool) -> list[str]:
     import ast
     import types
 
+    from pipelines.autopatch import edits
+
     identity = types.SimpleNamespace(derived_from=derived_from)
     plan = types.SimpleNamespace(profile=types.SimpleNamespace(identity=identity), moe=moe)
     plan.tolerance_family = "moe" if moe else "dense"
@@ -141,7 +143,8 @@ def _tolerances(derived_from: tuple[str, ...], moe: bool) -> list[str]:
         for n in ast.parse(SETUPS).body
         if isinstance(n, ast.Assign) and getattr(n.targets[0], "id", "") == "CASES"
     ]
-    return act.reference_tolerances(SETUPS, cases, plan, "float32")
+    setups = edits.mini_model_setups(ast.parse(SETUPS))
+    return act.reference_tolerances(SETUPS, cases, setups, plan, "float32")
 
 
 def test_a_parent_s_entry_loosens_the_floor_and_a_routed_model_never_takes_a_dense_parent_s():

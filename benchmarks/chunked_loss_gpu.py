@@ -11,7 +11,8 @@ there: checkstyle, import, the generated tests (on the GPU where there is one), 
 of one forward + backward against the unfused reference, hidden 4096, vocab 128256, 8 x 1,024 tokens, bf16).
 
 Phase 1 runs the verifies side by side (one GPU): peak memory is per process and exact, the times are contended.
-Phase 2, while the deadline allows, runs `python -m pipelines.chunked_loss.bench` alone per loss (leave-one-out
+Then Liger's own test file of each leave-one-out loss (prepared with its imports swapped to the generated class) runs
+in that loss's clone, all at once. Phase 2, while the deadline allows, runs `python -m pipelines.chunked_loss.bench` alone per loss (leave-one-out
 first) with Liger's own class as a third side (`--against`), for uncontended times and Liger's memory. The table goes
 to OUT/table.md, all rows (gates, figures, log tails) to OUT/summary.json after every step, and at the end each loss's
 folder (report.json, benchmark.json/.md, verify.log, solo/) to OUT/runs.tar.gz: three files, as a device call brings
@@ -106,6 +107,27 @@ def solo_bench(row: dict, work: Path, runs_dir: Path, limit: float) -> None:
     row["solo"] = load_json(solo / "benchmark.json")
 
 
+def liger_tests(row: dict, dest: Path, work: Path, runs_dir: Path, limit: float) -> None:
+    """Liger's own test file of a leave-one-out loss against the generated class (prepared with its imports
+    swapped), on the GPU in the loss's clone: the drop-in claim, checked by the target's own tests."""
+    prepared = dest / "liger_tests" / f"{row['name']}.py"
+    if not prepared.exists():
+        return
+    test = work / "test" / "chunked_loss" / f"test_{row['name']}_swapped.py"
+    shutil.copyfile(prepared, test)
+    select = (dest / "liger_tests" / f"{row['name']}.select").read_text().strip()
+    argv = [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", str(test)] + (
+        ["-k", select] if select else []
+    )
+    env = {**os.environ, "PYTHONPATH": f"{work / 'src'}:{work}"}
+    log = runs_dir / row["name"] / "liger_tests.log"
+    rc, seconds = run_bounded(argv, work, log, limit, env)
+    lines = log.read_text(errors="replace").splitlines()
+    summary = next((line for line in reversed(lines) if " in " in line and ("passed" in line or "failed" in line)), "")
+    failed = [line for line in lines if line.startswith("FAILED")]
+    row["liger_tests"] = {"rc": rc, "seconds": seconds, "summary": summary.strip("= "), "failed": failed[:10]}
+
+
 def cuda_available() -> bool:
     """In a child, as verify asks it: this process stays free of torch."""
     probe = [sys.executable, "-c", "import sys, torch; sys.exit(0 if torch.cuda.is_available() else 1)"]
@@ -152,11 +174,12 @@ def table(rows: list[dict]) -> str:
     names: list[str] = []
     for row in rows:
         names += [n for n in row.get("gates", {}) if n not in names]
-    header = ["loss", "s", "exit", *names, *FIGURES]
+    header = ["loss", "s", "exit", *names, "Liger's own tests", *FIGURES]
     lines = ["| " + " | ".join(header) + " |", "|" + "---|" * len(header)]
     for row in rows:
         gates = [row.get("gates", {}).get(n, {}).get("status", "-") for n in names]
-        cells = [row["name"], f"{row['seconds']:.0f}", str(row["rc"]), *gates, *figures(row)]
+        own_tests = (row.get("liger_tests") or {}).get("summary") or "-"
+        cells = [row["name"], f"{row['seconds']:.0f}", str(row["rc"]), *gates, own_tests, *figures(row)]
         lines.append("| " + " | ".join(cells) + " |")
     lines.append(
         "\npeak MB: one forward + backward above its inputs (verify's benchmark gate; per process, exact while the "
@@ -185,6 +208,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--timeout", type=float, default=230, help="per loss's verify, seconds")
     parser.add_argument("--deadline", type=float, default=285, help="the whole run, seconds from now")
     parser.add_argument("--solo-min-s", type=float, default=45, help="start no solo benchmark with less time left")
+    parser.add_argument("--liger-tests-s", type=float, default=150, help="Liger's own test files, all at once")
     args = parser.parse_args(argv)
     deadline = time.monotonic() + args.deadline
     args.out.mkdir(parents=True, exist_ok=True)
@@ -207,6 +231,11 @@ def main(argv: list[str] | None = None) -> int:
     with ThreadPoolExecutor(max(1, args.parallel)) as pool:
         done = list(pool.map(one, losses))
     gpu = cuda_available()
+    if gpu and deadline - time.monotonic() > args.solo_min_s:
+        limit = min(args.liger_tests_s, deadline - time.monotonic() - args.solo_min_s)
+        with ThreadPoolExecutor(max(1, args.parallel)) as pool:
+            list(pool.map(lambda r: liger_tests(r, args.dest, trees[r["name"]], runs_dir, limit), done))
+        write_summary(args.out, done)
     for row in sorted(done, key=lambda r: r["against"] is None):  # leave-one-out first: Liger's class beside it
         left = deadline - time.monotonic()
         broken = any(row["gates"].get(g, {}).get("status") == "FAIL" for g in ("checkstyle", "import"))
@@ -225,6 +254,12 @@ def main(argv: list[str] | None = None) -> int:
                 print(f"{row['name']} / {name}: {gate['detail'][-600:]}")
         if row["rc"] == "timeout":
             print(f"{row['name']}: stopped at {row['seconds']:.0f} s; log tail: {row['log_tail'][-400:]}")
+        if row.get("liger_tests"):
+            tests = row["liger_tests"]
+            print(
+                f"{row['name']} / Liger's own tests: exit {tests['rc']} in {tests['seconds']:.0f} s: {tests['summary']}"
+            )
+            print("\n".join(tests["failed"]))
         if row.get("solo_rc") not in (0, None, "not run", "no GPU benchmark"):
             print(f"{row['name']} / solo benchmark: exit {row['solo_rc']} (see runs/{row['name']}/solo/bench.log)")
     return 0

@@ -40,15 +40,38 @@ generate() {  # name against spec [settings...]
   fi
 }
 
-generate slic - benchmarks/chunked_losses.py:slic
-generate apo_zero_unpaired - benchmarks/chunked_losses.py:apo_zero_unpaired --set pairing=unpaired
-generate ipo - trl:dpo:ipo
-generate sigmoid_norm - trl:dpo:sigmoid_norm
+swapped() {  # Liger's own test file of a leave-one-out loss, its imports pointing at the generated class
+  local loss=${1#loo_}
+  git -C "$DEST/lk" checkout -q "liger-bot/chunked-loss-$1"
+  "$PY" -c "import sys; from pathlib import Path; from benchmarks.chunked_loss_leave_one_out import CASES, swapped_test; \
+c = CASES[sys.argv[1]]; t = swapped_test(Path(sys.argv[2]), sys.argv[1], c[2]); \
+Path(sys.argv[3]).write_text(t.read_text()); t.unlink(); print(c[3])" "$loss" "$DEST/lk" \
+    "$DEST/liger_tests/$1.py" >"$DEST/liger_tests/$1.select"
+}
+
+# LOSSES picks a subset (default: all nine); Liger's own test file is kept for every leave-one-out loss but DPO's
+# (its 490 cases, each compiling Liger's chunk, do not fit a device call)
+LOSSES=${LOSSES:-slic apo_zero_unpaired ipo sigmoid_norm loo_dpo loo_orpo loo_cpo loo_simpo loo_kto}
+want() { [[ " $LOSSES " == *" $1 "* ]]; }
+mkdir -p "$DEST/liger_tests"
+! want slic || generate slic - benchmarks/chunked_losses.py:slic
+! want apo_zero_unpaired || generate apo_zero_unpaired - benchmarks/chunked_losses.py:apo_zero_unpaired --set pairing=unpaired
+! want ipo || generate ipo - trl:dpo:ipo
+! want sigmoid_norm || generate sigmoid_norm - trl:dpo:sigmoid_norm
 # shellcheck disable=SC2046  # the SPEC and its --set words
-generate loo_dpo test.chunked_loss.test_dpo_loss:LigerLMHeadDPO $(loo_spec dpo)
-# Liger's ORPO head takes no reference input: the adapter gives it bench's (x, ref_x, y) call
+! want loo_dpo || generate loo_dpo test.chunked_loss.test_dpo_loss:LigerLMHeadDPO $(loo_spec dpo)
+# Liger's ORPO, CPO and SimPO heads take no reference input: the adapters give them bench's (x, ref_x, y) call
 # shellcheck disable=SC2046
-generate loo_orpo benchmarks.chunked_loss_sides:LigerLMHeadORPO $(loo_spec orpo)
+! want loo_orpo || generate loo_orpo benchmarks.chunked_loss_sides:LigerLMHeadORPO $(loo_spec orpo)
+# shellcheck disable=SC2046
+! want loo_cpo || generate loo_cpo benchmarks.chunked_loss_sides:LigerLMHeadCPO $(loo_spec cpo)
+# shellcheck disable=SC2046
+! want loo_simpo || generate loo_simpo benchmarks.chunked_loss_sides:LigerLMHeadSimPO $(loo_spec simpo)
+# shellcheck disable=SC2046
+! want loo_kto || generate loo_kto test.chunked_loss.test_kto_loss:LigerLMHeadKTO $(loo_spec kto)
+for name in loo_orpo loo_cpo loo_simpo loo_kto; do
+  if want "$name" && grep -q "^$name " "$DEST/losses.txt"; then swapped "$name"; fi
+done
 git -C "$DEST/lk" checkout -q main
 git -C "$DEST/lk" gc -q --prune=now
 cat "$DEST/losses.txt"

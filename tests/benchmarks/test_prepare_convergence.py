@@ -5,6 +5,8 @@ from __future__ import annotations
 
 import ast
 
+import pytest
+
 from benchmarks import prepare_convergence
 from pipelines.autopatch import act
 from pipelines.autopatch.pipeline import branch_name
@@ -25,6 +27,7 @@ def _branch_with_patch(checkout, model):
     checkout.git.checkout("main")
 
 
+@pytest.mark.slow
 def test_branches_are_combined_into_one_with_every_model(liger_checkout):
     for model in MODELS:
         _branch_with_patch(liger_checkout, model)

@@ -114,6 +114,7 @@ def test_a_forward_act_cannot_reproduce_is_refused_with_its_evidence(liger_check
     assert liger_checkout.git.run("branch", "--list").split() == ["*", "main"]
 
 
+@pytest.mark.slow
 def test_demo_autopatch_runs_the_default_end_to_end(tmp_path, liger_template):
     from bot.cli.demo import DEFAULT_AUTOPATCH_MODEL
     from pipelines.git import Git

@@ -240,6 +240,7 @@ def test_review_body_set_works_too(server, app):
     assert job.overrides == ["rope=none"] and job.job_state is JobState.PR_OPENED
 
 
+@pytest.mark.slow
 def test_human_push_stops_the_bot_rewriting_the_branch(server, app, tmp_path):
     job = _open_pr(server, app)
     human = tmp_path / "human"

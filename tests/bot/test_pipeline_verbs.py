@@ -33,6 +33,7 @@ def test_a_kernel_comment_starts_a_kernel_job_that_stops_at_the_checkpoint(serve
     assert "Check the profile, then approve." in comment["body"]  # kernel takes no `/liger set`
 
 
+@pytest.mark.slow
 def test_a_kernel_name_that_exists_fails_with_the_command_to_run_next_and_retry_keeps_it(server, app):
     say(server, app, "/liger kernel relu6 --name relu_squared")
     (job,) = app.jobs()

@@ -5,6 +5,8 @@ from __future__ import annotations
 
 import copy
 
+import pytest
+
 from bot.jobs import JobState
 from bot.scan import DASHBOARD_TITLE
 from bot.scan import Verdict
@@ -68,6 +70,7 @@ def test_scan_classifies_every_causal_lm_against_the_registry(server, app, liger
     assert len([i for i in app.forge.state["issues"].values() if i["title"] == DASHBOARD_TITLE]) == 1
 
 
+@pytest.mark.slow
 def test_ticking_boxes_starts_autopatch_within_the_pr_limits(server, app):
     app.forge.set_file(".github/liger-bot.yml", "limits: {prs_per_hour: 1, open_prs: 5}\n")
     say(server, app, "/liger scan")

@@ -8,6 +8,8 @@ from __future__ import annotations
 import subprocess
 from pathlib import Path
 
+import pytest
+
 from bot import tier3
 from bot.jobs import JobState
 from pipelines.contract import TIER3_DRAFTS
@@ -39,6 +41,7 @@ def status_body(app) -> str:
     return comment["body"]
 
 
+@pytest.mark.slow
 def test_a_tier3_kernel_is_drafted_repaired_verified_in_the_stage_child_and_its_cost_reported(
     server, app, standin, tmp_path
 ):

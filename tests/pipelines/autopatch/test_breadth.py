@@ -131,6 +131,7 @@ def test_a_model_type_with_a_dash_is_refused_with_why():
         act.validate_model_type("modernbert-decoder")
 
 
+@pytest.mark.slow
 def test_a_hidden_state_scaled_before_lm_head_is_folded_and_a_vocabulary_slice_is_not():
     minicpm3 = understand("minicpm3").checks["logits_transform"]
     assert minicpm3.status is Status.SETTLED and minicpm3.value == [{"divide": "self.config.logits_scaling"}]
@@ -155,12 +156,14 @@ def test_a_norm_attribute_that_may_hold_a_weightless_wrapper_is_not_patched():
     assert attrs["final"] == "norm"  # a plain RMSNorm: still patched
 
 
+@pytest.mark.slow
 def test_a_hidden_state_read_through_a_slice_is_no_transform():
     for model in ("inkling2_text", "llama"):  # slice_logits_to_keep(outputs.last_hidden_state, k) / outputs[0]
         check = understand(model).checks["logits_transform"]
         assert check.status is Status.SETTLED and check.value is None, model
 
 
+@pytest.mark.slow
 def test_a_patch_of_the_loss_alone_passes_the_targets_ruff(tmp_path, liger_template):
     """Nothing but FLCE to patch (BLOOM, MPT): the generated instance test must not leave `base_model` unused
     (F841 has no safe fix, so the target's checkstyle would fail on our code)."""
@@ -204,6 +207,7 @@ def test_the_logits_path_hands_the_loss_the_vocab_size_hf_hands_it(tmp_path, giv
     assert loss_vocab_size(SourceFile(path), "XForCausalLM") == used
 
 
+@pytest.mark.slow
 def test_a_padded_vocabulary_s_forward_reshapes_logits_by_their_own_width():
     forward = act.render_lce_forward(act.plan(understand("inkling2_text")))
     assert "vocab_size=logits.shape[-1]," in forward and "vocab_size=self.config.vocab_size" not in forward

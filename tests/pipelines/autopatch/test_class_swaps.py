@@ -18,6 +18,7 @@ def recurrent_gemma():
     return understand("recurrent_gemma")
 
 
+@pytest.mark.slow
 def test_a_norm_class_the_modeling_file_tests_with_isinstance_is_swapped_for_a_class(recurrent_gemma, liger_checkout):
     # RecurrentGemma's _init_weights: `isinstance(module, RecurrentGemmaRMSNorm)`; a partial there raised TypeError
     plan = act.plan(recurrent_gemma)
@@ -50,6 +51,7 @@ def test_an_mlp_whose_liger_class_builds_other_parameters_is_patched_on_instance
     assert act.plan(understand("gemma")).mlp.class_statement == "modeling_gemma.GemmaMLP = LigerGEGLUMLP"
 
 
+@pytest.mark.slow
 def test_recurrent_gemma_s_patch_passes_the_whole_model_gate(recurrent_gemma, liger_checkout):
     from pipelines.autopatch import verify
 

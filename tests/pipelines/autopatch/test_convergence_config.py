@@ -10,6 +10,7 @@ from pipelines.autopatch import act
 from pipelines.autopatch.understand import understand
 
 
+@pytest.mark.slow
 def test_a_hybrid_whose_mini_layers_have_no_attention_trains_without_a_kv_cache():
     # BailingHybrid's four mini layers are all linear attention: HF's cache then has nothing to measure and raises
     plan = act.plan(understand("bailing_hybrid"))
@@ -20,6 +21,7 @@ def test_a_hybrid_whose_mini_layers_have_no_attention_trains_without_a_kv_cache(
     assert "get_seq_length" in str(act._reference_error(plan, sorted(cached.items())))
 
 
+@pytest.mark.slow
 def test_group_limited_routing_fits_the_mini_experts():
     # a default of 8 groups over the 8 mini experts picks the top 2 of a group of 1: HF's router raises
     plan = act.plan(understand("bailing_hybrid"))
@@ -43,6 +45,7 @@ def test_a_model_that_runs_at_the_mini_config_keeps_it_as_liger_writes_it():
         "glm4_moe_lite",  # MLA: ungrouped KV heads, its own head widths
     ],
 )
+@pytest.mark.slow
 def test_the_unpatched_model_runs_at_the_generated_mini_config(model):
     plan = act.plan(understand(model))
     assert act._reference_error(plan, act.convergence_config(plan)) is None

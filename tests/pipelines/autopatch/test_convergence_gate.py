@@ -6,6 +6,8 @@ runs pytest and reads its report); `has_gpu=True` makes the gate run them.
 
 from __future__ import annotations
 
+import pytest
+
 from pipelines.autopatch import act
 from pipelines.autopatch import verify
 from pipelines.outcome import GateStatus
@@ -26,6 +28,7 @@ def _packages(root):
         (root / folder / "__init__.py").write_text("")
 
 
+@pytest.mark.slow
 def test_each_file_gets_its_own_gate(tmp_path):
     _packages(tmp_path)
     for path, body in CASES.items():

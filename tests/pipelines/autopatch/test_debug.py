@@ -14,6 +14,7 @@ from tests.pipelines.autopatch.hand_profiles import hand_profile
 from tests.pipelines.autopatch.test_whole_model import patched_checkout
 
 
+@pytest.mark.slow
 def test_wrong_offset_is_traced_to_the_rms_norm_flag_and_the_first_norm(tmp_path, liger_template):
     profile = hand_profile("seed_oss").with_overrides({"rms_offset": 1.0})
     checkout = patched_checkout(tmp_path / "liger-kernel", profile)

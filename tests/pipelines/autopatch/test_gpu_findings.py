@@ -12,6 +12,8 @@ from __future__ import annotations
 
 import ast
 
+import pytest
+
 from pipelines.autopatch import act
 from pipelines.autopatch import edits
 from pipelines.autopatch import verify
@@ -77,6 +79,7 @@ def test_a_stack_of_dense_and_moe_layers_takes_the_moe_entry_s_tolerances(liger_
     assert "mini_qwen3_moe" in plan.tolerance_note
 
 
+@pytest.mark.slow
 def test_the_whole_model_gate_runs_the_bf16_path_a_cast_left_out_breaks(liger_checkout, monkeypatch):
     """The H200's bf16 FLCE failure of Mamba, found on the CPU: the gate's bf16 step crashes without the cast."""
     profile = understand("mamba")
@@ -89,6 +92,7 @@ def test_the_whole_model_gate_runs_the_bf16_path_a_cast_left_out_breaks(liger_ch
     assert "instance: match" in gate.detail and "class: match" in gate.detail  # fp32 alone could not see it
 
 
+@pytest.mark.slow
 def test_the_whole_model_gate_names_the_bias_a_forward_left_out(liger_checkout, monkeypatch):
     """Phi's patch as it landed (FLCE without lm_head.bias) fails the CPU gate, and says which gradient is missing."""
     profile = understand("phi")

@@ -20,6 +20,7 @@ def _state(checkout):
     return git.current_branch(), git.head(), git.run("branch", "--list").split(), git.dirty_paths()
 
 
+@pytest.mark.slow
 def test_unsupported_model_end_to_end(liger_checkout):
     before = _state(liger_checkout)
     messages = []
@@ -57,6 +58,7 @@ def _failing_gate(profile, root, runner):
     return GateResult("Forced failure", GateStatus.FAIL, "forced by the test")
 
 
+@pytest.mark.slow
 def test_gate_failure_leaves_the_tree_clean(liger_checkout):
     before = _state(liger_checkout)
     gates = (("Import", verify.gate_import), ("Forced failure", _failing_gate), ("Checkstyle", verify.gate_checkstyle))
@@ -73,6 +75,7 @@ def _raising_gate(profile, root, runner):
     raise RuntimeError("gate crashed")
 
 
+@pytest.mark.slow
 def test_error_mid_run_restores_the_checkout(liger_checkout):
     before = _state(liger_checkout)
     with pytest.raises(RuntimeError, match="gate crashed"):

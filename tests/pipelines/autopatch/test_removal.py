@@ -52,6 +52,7 @@ def test_only_newly_unused_imports_go():
     assert removal.prune_newly_unused(source, source.replace("print(sys.argv)\n", "")) == "import os\n\n"
 
 
+@pytest.mark.slow
 def test_llama_helpers_move_aside_and_the_regenerated_patch_fits(liger_checkout):
     stripped = removal.remove_support(liger_checkout, "llama")
     root, model_dir = liger_checkout.root, liger_checkout.root / removal.MODEL_DIR

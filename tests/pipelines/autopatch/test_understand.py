@@ -164,6 +164,7 @@ def test_nemotron_layer_norm_1p_relu_squared_partial_rotary(profiles):
     assert "n/a" in rope.evidence[0].probe["candidates"]["standard"]
 
 
+@pytest.mark.slow
 def test_a_weightless_norm_is_no_patch_target():
     """DeepSeek-V4's q_b_norm is an UnweightedRMSNorm: Liger's instance patch reads `self.weight`."""
     got = values(understand("deepseek_v4"))
@@ -234,6 +235,7 @@ def test_probe_decisions_report_every_candidates_residual(profiles):
     assert probe["candidates"]["rms/gemma/offset=0"]["bf16"] > 0  # bf16 tells llama and gemma casting apart
 
 
+@pytest.mark.slow
 def test_a_logit_scale_between_lm_head_and_the_loss_is_settled_as_data_with_its_evidence():
     granite = understand("granite").checks["logits_transform"]
     assert granite.status is Status.SETTLED and granite.method is Method.AST

@@ -31,6 +31,7 @@ def seed_oss(tmp_path_factory, liger_template):
     return profile, patched_checkout(tmp_path_factory.mktemp("right") / "liger-kernel", profile)
 
 
+@pytest.mark.slow
 def test_right_patch_matches_hf_through_both_patching_paths(seed_oss):
     profile, checkout = seed_oss
     gate = verify.gate_whole_model(profile, checkout.root, CPU)
@@ -40,6 +41,7 @@ def test_right_patch_matches_hf_through_both_patching_paths(seed_oss):
     assert set(used.split(", ")) == {"fused_linear_cross_entropy", "rms_norm", "rope", "swiglu"}
 
 
+@pytest.mark.slow
 def test_wrong_rms_offset_diverges(tmp_path, liger_template):
     # the motivating case: an offset of 1 on a Llama-style norm passed every CPU gate before this one
     profile = hand_profile("seed_oss").with_overrides({"rms_offset": 1.0})
@@ -49,6 +51,7 @@ def test_wrong_rms_offset_diverges(tmp_path, liger_template):
     assert "class: DIVERGES" in gate.detail and "instance: DIVERGES" in gate.detail
 
 
+@pytest.mark.slow
 def test_an_entry_the_model_cannot_build_fails(seed_oss, tmp_path):
     profile, checkout = seed_oss
     fp32 = checkout.root / act.CONVERGENCE_FILES[2]

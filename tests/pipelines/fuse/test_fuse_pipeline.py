@@ -5,11 +5,14 @@ import json
 import os
 import subprocess
 
+import pytest
+
 from bot.cli import program
 from pipelines.outcome import ExitStatus
 from tests.pipelines.fuse import tiny_model
 
 
+@pytest.mark.slow
 def test_fuse_writes_a_verified_pass_on_a_branch(tmp_path, liger_checkout):
     model = tmp_path / "model.py"
     model.write_text(tiny_model.SOURCE)
@@ -44,6 +47,7 @@ def test_fuse_refuses_a_malformed_spec(liger_checkout):
     assert status == ExitStatus.REFUSED and "path/to/model.py:Factory" in err.getvalue()
 
 
+@pytest.mark.slow
 def test_demo_recsys_on_cpu_runs_from_a_plain_shell(liger_bot_exe):
     # a user's shell has no TRITON_INTERPRET: the CLI imports triton for the GPU before the demo starts, so the
     # kernels must run in a process that had the interpreter on from its start

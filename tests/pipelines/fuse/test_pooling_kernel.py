@@ -199,6 +199,7 @@ def test_cuda_bf16_reads_words_only_where_the_values_allow_it():
     assert not pooling.launch_config(205_829, 256, cuda, torch.float32, pairs=True)["PAIRS"]
 
 
+@pytest.mark.slow
 def test_interpreter_is_not_reported_on_when_it_was_switched_on_after_triton_was_imported():
     # triton.language's own jit functions are made at import: a late TRITON_INTERPRET=1 would send CPU tensors to
     # kernels built for the GPU, so the registry must see the Triton kernels as unavailable instead

@@ -2,6 +2,8 @@
 alone: a child process whose sys.path has the target's src/ and the installed packages, but not this repository
 (`python -S`: site's .pth files, the editable install's finder among them, are never read)."""
 
+import pytest
+
 from pipelines.changeset import format_with_target_style
 from pipelines.fuse import act
 from pipelines.fuse.verify import standalone_gate
@@ -12,6 +14,7 @@ OPS = ("call_function:mul", "call_function:add", "call_function:tanh")
 OP_ARGS = [["0.5"], [None], []]
 
 
+@pytest.mark.slow
 def test_generated_pass_and_runtime_import_and_run_without_liger_bot(tmp_path, liger_checkout):
     root = liger_checkout.root
     written = [act.write_pass(root, "model.py:make", OPS, OP_ARGS), *act.write_runtime(root)]

@@ -21,6 +21,7 @@ from pathlib import Path
 from pipelines.kernel.reference import ReferenceCode
 from pipelines.kernel.spec import Spec
 from pipelines.kernel.spec import SpecKind
+from pipelines.kernel.spec import snake
 
 
 @dataclass(frozen=True)
@@ -51,8 +52,13 @@ class DropIn:
 def find(
     spec: Spec, ref: ReferenceCode, n_weights: int, runtime_floats: list[str], flags: list[str] = ()
 ) -> DropIn | None:
-    """The Liger module the reference's own test file tests, if its constructor maps onto the generated module's."""
-    if spec.kind != SpecKind.REPO or ref.repo is None or "test" not in spec.path.relative_to(ref.repo).parts[:1]:
+    """The Liger module the reference's own test file tests, if its constructor maps onto the generated module's.
+    A file outside the target that imports a Liger module (a reference Liger's test writes inline, spelled out:
+    `torch.nn.LayerNorm(hidden_size, eps=1e-6)` beside `from liger_kernel.transformers.layer_norm import
+    LigerLayerNorm`) stands for that module the same way."""
+    if ref.repo is None or spec.kind not in (SpecKind.REPO, SpecKind.FILE):
+        return None
+    if spec.kind == SpecKind.REPO and "test" not in spec.path.relative_to(ref.repo).parts[:1]:
         return None
     tree = ast.parse(spec.path.read_text())
     for module, name in _liger_module_imports(tree):
@@ -65,7 +71,10 @@ def find(
             functional = ref.repo / "src/liger_kernel/transformers/functional.py"
             function = _applied_function(cls)
             arity = len(ref.inputs) + n_weights + len(runtime_floats)
-            own = _functional(functional, function, arity, runtime_floats) if function else None
+            # a module that dispatches among backends (LigerLayerNorm) applies no Function itself: its functional
+            # is then the one named after it (liger_layer_norm), whichever Function that applies
+            named = "liger_" + snake(name.removeprefix("Liger"))
+            own = _functional(functional, function, arity, runtime_floats, None if function else named)
             found = replace(found, functional=own)
             return _paired(found, paired_values(tree, spec.qualname))
     return None
@@ -121,7 +130,9 @@ def _applied_function(cls: ast.ClassDef) -> str | None:
     return applied[0] if len(applied) == 1 else None
 
 
-def _functional(source: Path, function: str, arity: int, runtime_floats: list[str] = ()) -> FunctionalDropIn | None:
+def _functional(
+    source: Path, function: str | None, arity: int, runtime_floats: list[str] = (), named: str | None = None
+) -> FunctionalDropIn | None:
     """The `liger_*` function whose body is `return {function}.apply(<its own parameters, in order>)`; its arguments
     after the generated Function's (inputs, weights, runtime floats) are ones the kernel does not vary, then in_place.
     A runtime float of the reference must be among the first ones by name (eps), never among the rest: Liger's
@@ -133,7 +144,9 @@ def _functional(source: Path, function: str, arity: int, runtime_floats: list[st
         if not (isinstance(fn, ast.FunctionDef) and len(fn.body) == 1 and isinstance(fn.body[0], ast.Return)):
             continue
         call = fn.body[0].value
-        if not (isinstance(call, ast.Call) and ast.unparse(call.func) == f"{function}.apply"):
+        if not isinstance(call, ast.Call) or not isinstance(call.func, ast.Attribute) or call.func.attr != "apply":
+            continue
+        if (function and ast.unparse(call.func) != f"{function}.apply") or (named and fn.name != named):
             continue
         params = _all_params(fn)
         if [ast.unparse(a) for a in call.args] != [n for n, _ in params] or call.keywords:

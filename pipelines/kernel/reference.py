@@ -77,7 +77,9 @@ def build(spec: Spec, repo: Path) -> ReferenceCode:
     else:
         ref = _function_wrapper(cls, node, imports, prelude)
     ref.source_note = note
-    ref.repo = repo if spec.kind == SpecKind.REPO else None
+    # a file outside the target that imports from it (the Liger module it stands for) is loaded against it too
+    imports_target = any(line.startswith("from liger_kernel") for line in imports)
+    ref.repo = repo if spec.kind == SpecKind.REPO or imports_target else None
     return ref
 
 

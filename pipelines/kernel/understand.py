@@ -391,6 +391,7 @@ def _trace(cls, ref: ReferenceCode, spec: Spec, weights: list[Weight], n_outputs
         return (*outputs, *grads)
 
     decompositions = core_aten_decompositions() | get_decompositions(EXTRA_DECOMPOSITIONS)
+    decompositions[aten.native_layer_norm.default] = _native_layer_norm
     example = [torch.randn(*TRACE_SHAPE, dtype=torch.bfloat16) for _ in range(n_inputs)]
     example += [state[k].detach().clone() for k in keys]
     example += [torch.randn(*TRACE_SHAPE, dtype=torch.bfloat16) for _ in range(n_outputs)]
@@ -400,6 +401,21 @@ def _trace(cls, ref: ReferenceCode, spec: Spec, weights: list[Weight], n_outputs
     except Exception as exc:
         raise _trace_error(exc, spec) from exc
     return graph, sentinels
+
+
+def _native_layer_norm(input, normalized_shape, weight, bias, eps):
+    """torch's decomposition, less its CPU-only rounding of the saved mean and rstd to the input dtype: the trace runs
+    on CPU tensors, the kernel runs beside CUDA's LayerNorm, which keeps both in fp32 for its backward."""
+    dims = list(range(input.dim() - len(normalized_shape), input.dim()))
+    x = input.to(torch.float32)
+    var, mean = torch.var_mean(x, dim=dims, correction=0, keepdim=True)
+    rstd = torch.rsqrt(var + eps)
+    out = (x - mean) * rstd
+    if weight is not None:
+        out = out * weight
+    if bias is not None:
+        out = out + bias
+    return out.to(input.dtype), mean, rstd
 
 
 def _vector_sizes(graph, placeholders: dict[str, str], weights: list[Weight]) -> dict[str, int]:

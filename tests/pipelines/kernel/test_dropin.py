@@ -94,3 +94,23 @@ def test_an_inherited_forward_gives_its_inputs_so_a_loss_is_refused_for_its_outp
     )
     with pytest.raises(PipelineError, match=r"maps shape \(4, 33\) to \(\)"):
         understand.understand(spec.resolve(f"{tmp_path / 'op.py'}:Loss", tmp_path), tmp_path)
+
+
+def test_a_file_standing_for_a_liger_module_gets_its_signatures_and_the_functional_named_after_it(
+    liger_checkout, tmp_path
+):
+    # Liger's test_layer_norm.py writes torch.nn.LayerNorm inline; LigerLayerNorm dispatches among backends, so its
+    # forward applies no Function: the functional is liger_layer_norm, by its name
+    path = tmp_path / "ln.py"
+    path.write_text(
+        "import torch\n\nfrom liger_kernel.transformers.layer_norm import LigerLayerNorm\n\n"
+        "LIGER_MODULE = LigerLayerNorm\n\n\n"
+        "class TorchLayerNorm(torch.nn.LayerNorm):\n"
+        "    def __init__(self, hidden_size, eps=1e-6):\n"
+        "        super().__init__(hidden_size, eps=eps)\n"
+    )
+    u = understand.understand(spec.resolve(f"{path}:TorchLayerNorm", liger_checkout.root, "ln2"), liger_checkout.root)
+    assert u.dropin.liger_class == "liger_kernel.transformers.layer_norm.LigerLayerNorm"
+    assert u.dropin.functional.signature() == "X, W, B, eps"  # liger_layer_norm(X=..., W=..., B=..., eps=...)
+    # CUDA's LayerNorm keeps mean and rstd in fp32 for the backward: no round to the input dtype there
+    assert not any(".to(X_ptr.dtype.element_ty)" in s.expr for s in u.backward.stmts)

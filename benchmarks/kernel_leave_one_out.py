@@ -127,7 +127,7 @@ CASES = [
     ),
     Case(
         "loo_layer_norm",
-        f"{REFS}:TorchLayerNorm",
+        "benchmarks/kernel_loo_layer_norm.py:TorchLayerNorm",
         "layer_norm",
         {"LigerLayerNormFunction": "function", "LigerLayerNorm": "module", "liger_layer_norm": "functional"},
         liger="liger_kernel.transformers.layer_norm.LigerLayerNorm(H, eps=1e-6)",

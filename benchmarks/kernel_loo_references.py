@@ -7,13 +7,6 @@ Each names the test line it stands for. Nothing else: no weights chosen here tha
 import torch
 
 
-class TorchLayerNorm(torch.nn.LayerNorm):
-    """test/transformers/test_layer_norm.py: `torch.nn.LayerNorm(hidden_size, eps=1e-6)`."""
-
-    def __init__(self, hidden_size, eps=1e-6):
-        super().__init__(hidden_size, eps=eps)
-
-
 class TorchSoftmax(torch.nn.Softmax):
     """test/transformers/test_softmax.py: `torch.nn.Softmax(dim=-1)`."""
 

@@ -185,6 +185,13 @@ def _function_wrapper(cls: str, node: ast.FunctionDef, imports: list[str], prelu
     params = _defaults(node.args)
     if not params:
         raise PipelineError(f"{node.name} takes no arguments", hint="the op's first argument is the input tensor")
+    keyword_only = [a.arg for a, d in zip(node.args.kwonlyargs, node.args.kw_defaults, strict=True) if d is None]
+    if keyword_only:  # `mhc_sinkhorn_ref(logits, *, tmax: int, eps: float)`: settings, not tensors
+        raise PipelineError(
+            f"{node.name} needs {', '.join(keyword_only)} (keyword-only, no default), which the kernel engine "
+            "cannot choose",
+            hint="give those parameters defaults, or wrap the op in a function with defaults",
+        )
     tensors = [n for n, v in params if v is _NO_DEFAULT]
     # an argument is a learnable weight only where the code says so: guessing made `silu(a) * b` a different op
     weight_names = [n for n in tensors[1:] if _declared_parameter(node.args, n)]

@@ -303,7 +303,8 @@ def _neutral_value(full: torch.nn.Module, without: torch.nn.Module, dropped: lis
                 state[key].fill_(value)
             actual = _as_list(full(*inputs))
             if len(actual) == len(expected) and all(
-                a.shape == e.shape and torch.allclose(a, e, rtol=1e-6, atol=1e-6) for a, e in zip(actual, expected, strict=True)
+                a.shape == e.shape and torch.allclose(a, e, rtol=1e-6, atol=1e-6)
+                for a, e in zip(actual, expected, strict=True)
             ):
                 return value
     return None

@@ -430,7 +430,11 @@ def timing_child(tree: Path, path: Path, deadline: float, cases_path: Path, warm
                     print(f"warm {name}", flush=True)
                     continue
                 for side, layer in built[name].items():
-                    point[side] = bench.time_modes(layer, inputs, 20)
+                    try:  # one side's failure (Liger's module refusing these inputs) leaves the others timed
+                        point[side] = bench.time_modes(layer, inputs, 20)
+                    except Exception as exc:  # noqa: BLE001
+                        point[side] = {"error": f"{type(exc).__name__}: {str(exc)[:200]}"}
+                        record["errors"].append(f"{name} {tokens}x{width} {side}: {point[side]['error']}")
                     for x in inputs:
                         x.grad = None
                 del inputs

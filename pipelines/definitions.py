@@ -16,9 +16,10 @@ def named_definition(path: Path, text: str, qual: str) -> str:
         tree = ast.parse(path.read_text(), filename=str(path))
     except SyntaxError as exc:
         raise PipelineError(f"{path} does not parse: {exc}") from exc
-    candidates = [
-        n.name for n in tree.body if isinstance(n, (ast.FunctionDef, ast.ClassDef)) and not n.name.startswith("_")
-    ]
+    defined = [n.name for n in tree.body if isinstance(n, (ast.FunctionDef, ast.ClassDef))]
+    # a file's one definition is picked among its public ones; a name given explicitly may be private
+    # (Liger's test_swiglu.py holds its reference as `_ref_silu_mul`)
+    candidates = [name for name in defined if not name.startswith("_")]
     if not qual:
         if len(candidates) != 1:
             raise PipelineError(
@@ -26,7 +27,7 @@ def named_definition(path: Path, text: str, qual: str) -> str:
                 hint=f"{text}:NAME with NAME one of {', '.join(candidates) or '(none)'}",
             )
         return candidates[0]
-    if qual.split(".")[0] not in candidates:
+    if qual.split(".")[0] not in defined:
         close = difflib.get_close_matches(qual, candidates, n=3)
         raise PipelineError(
             f"{path} defines no function or class {qual!r}",

@@ -116,11 +116,15 @@ def context(u: Understanding) -> dict:
         "dropin": u.dropin,
         "function_fixed": fixed,
         "function_fixed_text": ", ".join(f"{n}={d}" for n, d in fixed).replace('"', "'"),
-        "ctor_signature": u.dropin.signature() if u.dropin else _ctor_signature(ref),
+        "ctor_signature": u.dropin.signature()
+        if u.dropin
+        else _ctor_signature(ref, sorted({w.optional for w in u.weights if w.optional})),
         "reference_class_source": ref.source_note,
         "forward_fn_arg": f", forward_{u.spec.name}" if len(u.inputs) + len(u.outputs) > 2 else "",
         "needs_hidden": ref.has_weights,
-        "first_column": next((w.name for w in u.weights if not w.scalar), ""),
+        "first_column": next((w.name for w in u.weights if not w.scalar and not w.optional), ""),
+        "optional_weights": [w for w in u.weights if w.optional],
+        "optional_flags": sorted({w.optional for w in u.weights if w.optional}),
         "state_keys": {w.state_key: w.name for w in u.weights},
         "reference_imports": ref.imports,
         # a test module of the target may switch torch.use_deterministic_algorithms on when imported (Liger's
@@ -138,9 +142,10 @@ def _grad_buffers(input_grads: list, outputs: list) -> dict[str, str]:
     return {i.grad_arg: (outputs[k].grad_arg if k < len(outputs) else "") for k, i in enumerate(input_grads)}
 
 
-def _ctor_signature(ref) -> str:
+def _ctor_signature(ref, flags: list[str]) -> str:
     floats = [f"{p.name}={p.default}" for p in ref.float_params]
-    return ", ".join((["hidden_size"] if ref.has_weights else []) + floats + ["in_place=True"])
+    switches = [f"{f}=True" for f in flags]
+    return ", ".join((["hidden_size"] if ref.has_weights else []) + switches + floats + ["in_place=True"])
 
 
 def _row_views(names: list[str], tensors: list[str]) -> str:

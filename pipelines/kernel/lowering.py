@@ -32,6 +32,7 @@ from dataclasses import field
 import torch
 
 aten = torch.ops.aten
+prims = torch.ops.prims
 
 
 class Unsupported(Exception):
@@ -229,6 +230,7 @@ POINTWISE: dict[object, tuple[str, Builder]] = {
     aten.logical_not.default: ("logical", lambda a: f"({a} == 0)"),
     aten.bitwise_not.default: ("logical", lambda a: f"({a} == 0)"),
     aten.isnan.default: ("compare", lambda a: f"({a} != {a})"),
+    prims.div.default: ("div", lambda a, b: f"({a} / {b})"),
 }
 
 # shape-only ops: the value inside the program does not change
@@ -245,12 +247,14 @@ IDENTITY = {
     aten.squeeze.dims,
     aten.squeeze.default,
     aten.lift_fresh_copy.default,
+    prims.broadcast_in_dim.default,  # a row scalar (R,) seen as (R, 1): the same value in the program
     aten.contiguous.default if hasattr(aten, "contiguous") else aten.alias.default,
 }
 CASTS = {aten._to_copy.default, torch.ops.prims.convert_element_type.default}
 REDUCTIONS = {
     aten.sum.dim_IntList: ("sum", "0.0", "tl.sum"),
     aten.sum.default: ("sum", "0.0", "tl.sum"),
+    prims.sum.default: ("sum", "0.0", "tl.sum"),
     aten.mean.dim: ("mean", "0.0", "tl.sum"),
     aten.amax.default: ("amax", 'float("-inf")', "tl.max"),
     aten.amin.default: ("amin", 'float("inf")', "tl.min"),
@@ -314,6 +318,8 @@ class Lowering:
             return self._set(node, f"({self._arg(node.args[0])} * 0.0 + {self._arg(value)})", "constant")
         if target in REDUCTIONS:
             return self._reduction(node)
+        if target is prims.var.default:
+            return self._variance(node)
         if target is aten.select.int and self.kinds[node.args[0].name] is Kind.VECTOR:
             return self._select(node)
         if target is aten.select_backward.default:
@@ -434,6 +440,20 @@ class Lowering:
             return
         raise Unsupported(label, f"reduces dimensions {dims} of a {ndim}-D value; only the last dimension is row-wise")
 
+    def _variance(self, node: torch.fx.Node) -> None:
+        """LayerNorm's row variance (prims.var over the last dimension, with its correction): two sums over the row
+        held in registers, the mean first."""
+        source, dims, correction = node.args[0], node.args[1], node.args[2] if len(node.args) > 2 else 0.0
+        ndim = len(source.meta["val"].shape)
+        if sorted(d % ndim for d in dims) != [ndim - 1] or self.kinds[source.name] not in (Kind.ROW, Kind.COL):
+            raise Unsupported("var", f"a variance over dimensions {list(dims)}: only the last dimension is row-wise")
+        x = self._arg(source)
+        mean = f"(tl.sum(tl.where(mask, {x}, 0.0), axis=-1, keep_dims=True) / n_cols)"
+        centred = f"tl.where(mask, {x} - {mean}, 0.0)"
+        count = "n_cols" if not correction else f"(n_cols - {_lit(correction)})"
+        value = f"tl.sum({centred} * {centred}, axis=-1, keep_dims=True) / {count}"
+        self._set(node, value, "row var", Kind.RSCALAR)
+
     def _sym_size(self, node: torch.fx.Node) -> None:
         tensor, dim = node.args
         size = str(tensor.meta["val"].shape[dim])
@@ -461,6 +481,12 @@ class Lowering:
             return None
         if isinstance(value, float) and value in self.float_params:
             return self.float_params[value]
+        width = str(self.cols)
+        if width.isdigit() and isinstance(value, (int, float)) and not isinstance(value, bool) and value == int(width):
+            # a module that holds its width (LayerNorm's normalized_shape) specialises the trace to the traced
+            # width, so the width arrives as that number: it is the kernel's runtime width (the generated tests run
+            # other widths)
+            return "n_cols"
         lit = Lit(_lit(value))
         lit.value = value
         return lit

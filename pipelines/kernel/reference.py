@@ -44,6 +44,8 @@ class ReferenceCode:
     source_note: str = ""  # where the op came from, for the profile
     repo: Path | None = None  # the target checkout, for imports of REPO specs
     inputs: list[str] = field(default_factory=lambda: ["x"])  # the forward's tensor arguments, in call order
+    flags: list[str] = field(default_factory=list)  # boolean constructor switches defaulting to True (beta=True)
+    forward_inherited: bool = False  # the class defines no forward: its inputs are read from the loaded class
 
     def signature(self) -> str:
         params = (["hidden_size"] if self.has_weights else []) + [f"{p.name}={p.default!r}" for p in self.float_params]
@@ -75,7 +77,9 @@ def build(spec: Spec, repo: Path) -> ReferenceCode:
     else:
         ref = _function_wrapper(cls, node, imports, prelude)
     ref.source_note = note
-    ref.repo = repo if spec.kind == SpecKind.REPO else None
+    # a file outside the target that imports from it (the Liger module it stands for) is loaded against it too
+    imports_target = any(line.startswith("from liger_kernel") for line in imports)
+    ref.repo = repo if spec.kind == SpecKind.REPO or imports_target else None
     return ref
 
 
@@ -143,21 +147,37 @@ def _class_wrapper(cls: str, node: ast.ClassDef, imports: list[str], prelude: st
             hint="give those parameters defaults, or wrap the op in a function with defaults",
         )
     floats = _float_params(params)
-    args = ([f"{size}=hidden_size"] if size else []) + [f"{p.name}={p.name}" for p in floats]
-    ctor = ", ".join((["hidden_size"] if size else []) + [f"{p.name}={p.default!r}" for p in floats])
+    # a boolean switch defaulting to True may leave a parameter out (DyT's beta, RMSNorm's elementwise_affine):
+    # the wrapper passes it through, and understand decides what it does
+    flags = [n for n, v in params if v is True]
+    args = ([f"{size}=hidden_size"] if size else []) + [f"{n}={n}" for n in [*flags, *(p.name for p in floats)]]
+    ctor = ", ".join(
+        (["hidden_size"] if size else []) + [f"{n}=True" for n in flags] + [f"{p.name}={p.default!r}" for p in floats]
+    )
     code = (
         f"{prelude}class {cls}({node.name}):\n"
         f"    def __init__(self{', ' if ctor else ''}{ctor}):\n"
         f"        super().__init__({', '.join(args)})\n"
     )
-    return ReferenceCode(cls, imports, code, floats, has_weights=size is not None, inputs=_forward_inputs(node))
+    inputs = _forward_inputs(node)
+    return ReferenceCode(
+        cls,
+        imports,
+        code,
+        floats,
+        has_weights=size is not None,
+        inputs=inputs or ["x"],
+        flags=flags,
+        forward_inherited=inputs is None,
+    )
 
 
-def _forward_inputs(node: ast.ClassDef) -> list[str]:
-    """The tensors a module's forward takes: its arguments without defaults (`hidden_states, residual`)."""
+def _forward_inputs(node: ast.ClassDef) -> list[str] | None:
+    """The tensors a module's forward takes: its arguments without defaults (`hidden_states, residual`); None when
+    the class inherits its forward (read from the loaded class: `inherited_inputs`)."""
     forward = next((n for n in node.body if isinstance(n, ast.FunctionDef) and n.name == "forward"), None)
-    if forward is None:  # inherited: the one input the probe hands it
-        return ["x"]
+    if forward is None:
+        return None
     return [n for n, v in _defaults(forward.args) if v is _NO_DEFAULT] or ["x"]
 
 
@@ -165,6 +185,13 @@ def _function_wrapper(cls: str, node: ast.FunctionDef, imports: list[str], prelu
     params = _defaults(node.args)
     if not params:
         raise PipelineError(f"{node.name} takes no arguments", hint="the op's first argument is the input tensor")
+    keyword_only = [a.arg for a, d in zip(node.args.kwonlyargs, node.args.kw_defaults, strict=True) if d is None]
+    if keyword_only:  # `mhc_sinkhorn_ref(logits, *, tmax: int, eps: float)`: settings, not tensors
+        raise PipelineError(
+            f"{node.name} needs {', '.join(keyword_only)} (keyword-only, no default), which the kernel engine "
+            "cannot choose",
+            hint="give those parameters defaults, or wrap the op in a function with defaults",
+        )
     tensors = [n for n, v in params if v is _NO_DEFAULT]
     # an argument is a learnable weight only where the code says so: guessing made `silu(a) * b` a different op
     weight_names = [n for n in tensors[1:] if _declared_parameter(node.args, n)]
@@ -186,6 +213,20 @@ def _function_wrapper(cls: str, node: ast.FunctionDef, imports: list[str], prelu
     return ReferenceCode(
         cls, imports, "\n".join(lines), floats, has_weights=bool(weights), weights=weights, inputs=forward_args
     )
+
+
+def inherited_inputs(cls: type) -> list[str]:
+    """An inherited forward's tensor arguments (`torch.nn.KLDivLoss.forward(input, target)`), from its signature."""
+    import inspect
+
+    try:
+        params = list(inspect.signature(cls.forward).parameters.values())[1:]
+    except (TypeError, ValueError):
+        return ["x"]
+    required = [
+        p.name for p in params if p.default is p.empty and p.kind in (p.POSITIONAL_ONLY, p.POSITIONAL_OR_KEYWORD)
+    ]
+    return required or ["x"]
 
 
 PARAMETER_ANNOTATIONS = ("torch.nn.Parameter", "nn.Parameter", "Parameter")

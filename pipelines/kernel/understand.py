@@ -13,6 +13,7 @@ from __future__ import annotations
 import traceback
 from dataclasses import dataclass
 from dataclasses import field
+from dataclasses import replace
 
 import torch
 from torch._decomp import core_aten_decompositions
@@ -91,6 +92,8 @@ class Weight:
     shape: tuple[int, ...]  # the reference's shape of a scalar: () or (1,)
     init: str  # "ones" | "zeros" for columns; the reference's value (a float literal) for scalars
     learnable: bool  # a parameter (the backward computes its gradient) or a buffer
+    optional: str = ""  # the reference's switch that leaves it out when False (DyT's beta, elementwise_affine)
+    neutral: float = 0.0  # the value it is held at when left out: the op without it is the op at this constant
 
     @property
     def vector(self) -> bool:
@@ -160,8 +163,10 @@ class Understanding:
 def understand(spec: Spec, repo) -> Understanding:
     ref = reference_mod.build(spec, repo)
     cls = reference_mod.load_class(ref)
+    if ref.forward_inherited:  # torch.nn.LayerNorm's forward(input), torch.nn.KLDivLoss's forward(input, target)
+        ref.inputs = reference_mod.inherited_inputs(cls)
     module = _instantiate(cls, ref, PROBE_SHAPE[1], sentinels=False)
-    weights = _weights(module, ref, spec)
+    weights = _optional_weights(cls, ref, _weights(module, ref, spec))
     output_dtypes = _probe(module, ref, spec)
     graph, sentinels = _trace(cls, ref, spec, weights, len(output_dtypes))
     taken = {n.name for n in graph.graph.nodes} | {w.name for w in weights} | {p.name for p in ref.float_params}
@@ -190,7 +195,8 @@ def understand(spec: Spec, repo) -> Understanding:
     columns = any(not w.scalar for w in weights)
     reduces = forward.row_reductions or backward.row_reductions
     tier = Tier.ELEMENTWISE if not columns and not reduces else Tier.ROWWISE
-    dropin = dropin_mod.find(spec, ref, len(weights), runtime)
+    flags = sorted({w.optional for w in weights if w.optional})
+    dropin = dropin_mod.find(spec, ref, len(weights), runtime, flags)
     return Understanding(
         spec, ref, tier, forward, backward, weights, runtime, output_dtypes, "", graph_code, inputs, outputs, dropin
     )
@@ -210,10 +216,10 @@ def _refusal_text(reason: str) -> str:
     )
 
 
-def _instantiate(cls, ref: ReferenceCode, hidden: int, sentinels: bool) -> torch.nn.Module:
-    kwargs = {}
+def _instantiate(cls, ref: ReferenceCode, hidden: int, sentinels: bool, **flags) -> torch.nn.Module:
+    kwargs: dict = dict(flags)  # switches, or float parameters at other values than their defaults
     if sentinels:
-        kwargs = {p.name: SENTINEL_BASE * (i + 1) for i, p in enumerate(ref.float_params)}
+        kwargs |= {p.name: SENTINEL_BASE * (i + 1) for i, p in enumerate(ref.float_params)}
     args = (hidden,) if ref.has_weights else ()
     with reference_mod._target_on_path(ref.repo):
         return cls(*args, **kwargs)
@@ -243,6 +249,69 @@ def _weights(module: torch.nn.Module, ref: ReferenceCode, spec: Spec) -> list[We
         init = known.get(key) or ("zeros" if bool((tensor == 0).all()) else "ones")
         out.append(Weight(name, key, False, (), init, learnable))
     return out
+
+
+NEUTRAL_CANDIDATES = (0.0, 1.0)
+
+
+def _optional_weights(cls, ref: ReferenceCode, weights: list[Weight]) -> list[Weight]:
+    """A switch of the reference that defaults to True and leaves parameters out when False (DyT's `beta`, RMSNorm's
+    `elementwise_affine`) makes them optional where the op without them is the op with them held at one constant:
+    found by running both on the same input (Gemma's `x * (1 + w)` without w is w = 0, Llama's `w * x` is w = 1).
+    The generated Function then takes None for them, as Liger's do. A switch that changes the op otherwise is left
+    out of the kernel (the constructor accepts it at its default only)."""
+    hidden = PROBE_SHAPE[1]
+    # the constant must not depend on a runtime float (ModulatedRMSNorm's `x * (offset + w)`): tried at two settings
+    settings = [{}, {p.name: p.default + 0.25 for p in ref.float_params}]
+    for flag in ref.flags:
+        found = set()
+        for floats in settings:
+            try:
+                full = _instantiate(cls, ref, hidden, sentinels=False, **floats)
+                without = _instantiate(cls, ref, hidden, sentinels=False, **floats, **{flag: False})
+            except Exception:  # the reference rejects the switch off: nothing optional about it
+                found.add(None)
+                break
+            present = dict(full.named_parameters()) | dict(full.named_buffers())
+            kept = dict(without.named_parameters()) | dict(without.named_buffers())
+            dropped = [k for k in present if k not in kept]
+            if not dropped or any(k not in present for k in kept):
+                found.add(None)
+                break
+            found.add(_neutral_value(full, without, dropped, ref))
+        if len(found) != 1 or None in found:
+            continue
+        neutral = found.pop()
+        weights = [replace(w, optional=flag, neutral=neutral) if w.state_key in dropped else w for w in weights]
+    return weights
+
+
+def _neutral_value(full: torch.nn.Module, without: torch.nn.Module, dropped: list[str], ref: ReferenceCode):
+    generator = torch.Generator().manual_seed(0)
+    inputs = [torch.randn(*PROBE_SHAPE, generator=generator) for _ in ref.inputs]
+    state = dict(full.named_parameters()) | dict(full.named_buffers())
+    with torch.no_grad():
+        for key, tensor in (dict(without.named_parameters()) | dict(without.named_buffers())).items():
+            tensor.copy_(torch.rand(tensor.shape, generator=generator) + 0.5)
+            state[key].copy_(tensor)
+        try:
+            expected = _as_list(without(*inputs))
+        except Exception:
+            return None
+        for value in NEUTRAL_CANDIDATES:
+            for key in dropped:
+                state[key].fill_(value)
+            actual = _as_list(full(*inputs))
+            if len(actual) == len(expected) and all(
+                a.shape == e.shape and torch.allclose(a, e, rtol=1e-6, atol=1e-6)
+                for a, e in zip(actual, expected, strict=True)
+            ):
+                return value
+    return None
+
+
+def _as_list(result) -> list:
+    return list(result) if isinstance(result, (tuple, list)) else [result]
 
 
 def _probe(module: torch.nn.Module, ref: ReferenceCode, spec: Spec) -> list[str]:
@@ -323,6 +392,7 @@ def _trace(cls, ref: ReferenceCode, spec: Spec, weights: list[Weight], n_outputs
         return (*outputs, *grads)
 
     decompositions = core_aten_decompositions() | get_decompositions(EXTRA_DECOMPOSITIONS)
+    decompositions[aten.native_layer_norm.default] = _native_layer_norm
     example = [torch.randn(*TRACE_SHAPE, dtype=torch.bfloat16) for _ in range(n_inputs)]
     example += [state[k].detach().clone() for k in keys]
     example += [torch.randn(*TRACE_SHAPE, dtype=torch.bfloat16) for _ in range(n_outputs)]
@@ -332,6 +402,21 @@ def _trace(cls, ref: ReferenceCode, spec: Spec, weights: list[Weight], n_outputs
     except Exception as exc:
         raise _trace_error(exc, spec) from exc
     return graph, sentinels
+
+
+def _native_layer_norm(input, normalized_shape, weight, bias, eps):
+    """torch's decomposition, less its CPU-only rounding of the saved mean and rstd to the input dtype: the trace runs
+    on CPU tensors, the kernel runs beside CUDA's LayerNorm, which keeps both in fp32 for its backward."""
+    dims = list(range(input.dim() - len(normalized_shape), input.dim()))
+    x = input.to(torch.float32)
+    var, mean = torch.var_mean(x, dim=dims, correction=0, keepdim=True)
+    rstd = torch.rsqrt(var + eps)
+    out = (x - mean) * rstd
+    if weight is not None:
+        out = out * weight
+    if bias is not None:
+        out = out + bias
+    return out.to(input.dtype), mean, rstd
 
 
 def _vector_sizes(graph, placeholders: dict[str, str], weights: list[Weight]) -> dict[str, int]:

@@ -52,3 +52,20 @@ def test_names_follow_liger_spelling():
     assert spec.pascal("rms_norm_llama") == "RMSNormLlama"
     assert spec.pascal("gelu_pytorch_tanh") == "GELUPytorchTanh"
     assert spec.snake("GemmaRMSNorm") == "gemma_rms_norm"
+
+
+def test_a_private_definition_named_explicitly_resolves(tmp_path):
+    # Liger's test_swiglu.py holds its reference as `_ref_silu_mul`: it is refused only when no name is given
+    path = tmp_path / "op.py"
+    path.write_text("def _ref_silu_mul(a, b):\n    return a * b\n\n\ndef other(x):\n    return x\n")
+    assert spec.resolve(f"{path}:_ref_silu_mul", tmp_path, "loo_swiglu").qualname == "_ref_silu_mul"
+    assert spec.resolve(str(path), tmp_path).qualname == "other"
+
+
+def test_a_required_keyword_only_argument_is_refused_as_a_setting_the_engine_cannot_choose(tmp_path):
+    from pipelines.kernel import reference
+
+    path = tmp_path / "op.py"
+    path.write_text("import torch\n\n\ndef sinkhorn(logits, *, tmax: int, eps: float):\n    return logits\n")
+    with pytest.raises(PipelineError, match=r"sinkhorn needs tmax, eps \(keyword-only, no default\)"):
+        reference.build(spec.resolve(f"{path}:sinkhorn", tmp_path), tmp_path)

@@ -178,3 +178,19 @@ def test_a_cross_row_sum_of_an_input_is_tier_3_and_not_called_a_parameter_gradie
     assert u.tier == Tier.COMPLEX
     assert "a sum over the rows (dimension 0) is used inside the computation" in u.refusal
     assert "parameter gradient" not in u.refusal and "differentiable" not in u.refusal
+
+
+def test_layer_norm_lowers_its_row_variance_and_reads_the_width_it_holds_as_n_cols(tmp_path):
+    # torch.nn.LayerNorm holds normalized_shape, so the trace is specialised to the traced width (7): that number
+    # is the runtime width, never a constant 7 in the kernel
+    source = (
+        "class TorchLayerNorm(torch.nn.LayerNorm):\n"
+        "    def __init__(self, hidden_size, eps=1e-6):\n"
+        "        super().__init__(hidden_size, eps=eps)\n"
+    )
+    u = _understand_source(tmp_path, source, "TorchLayerNorm")
+    assert u.tier == Tier.ROWWISE and u.runtime_floats == ["eps"]
+    statements = [s.expr for s in u.forward.stmts + u.backward.stmts]
+    assert any(e.startswith("tl.sum(tl.where(mask, x - ") and e.endswith("/ n_cols") for e in statements)  # var
+    assert not any("7.0" in e for e in statements)
+    assert {"dweight", "dbias"} <= set(u.backward.col_sums)

@@ -1,0 +1,455 @@
+"""The kernel leave-one-out's GPU half, through the shipped path (liger-bot installed from its wheel; see
+kernel_leave_one_out_gpu.sh): per generated kernel `liger-bot verify --pipeline kernel` on its own branch (the GPU
+gates), Liger's own unit tests for each op swapped to the generated kernel (`pytest -n 8`, one run over the combined
+tree), then the timing table: generated vs Liger's hand-written kernel vs eager vs torch.compile of the reference,
+forward / backward / full and peak memory, over the sizes of Liger's own benchmark script for the op.
+
+    python3 benchmarks/kernel_leave_one_out_gpu.py DEST OUT [--deadline S] [--parallel N] [--cases NAME ...]
+    python3 benchmarks/kernel_leave_one_out_gpu.py --timing TREE OUT/timing.json DEADLINE CASES.json  (the child)
+
+DEST is what kernel_leave_one_out_prepare.sh left: DEST/lk.git (a bare clone: one branch per kernel, and
+`liger-bot/kernel-loo-all` with all of them and Liger's swapped tests), DEST/results.json (the CPU run: per kernel its
+case, branch, tier, CPU gates and the CPU result of Liger's own test). Every phase has its own budget inside the
+deadline (seconds from the shell script's start, $STARTED), skips what would overrun and says so in the table. Files in
+OUT, rewritten as results come: table.md, summary.json, timing.json, runs.tar.gz (logs, reports) at the end.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import re
+import shutil
+import signal
+import subprocess
+import sys
+import tarfile
+import threading
+import time
+from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
+
+COMBINED = "liger-bot/kernel-loo-all"
+LOCK = threading.Lock()
+# Liger's benchmark scripts sweep total tokens over powers of two from 1024 to the model's context (8192 for
+# llama_3_8b, batch 1) or what 40% of device memory holds (benchmark_model_configs.build_token_length_sweep); timed
+# size by size in this order, so every op gets a spread before any op gets every size
+SIZE_ORDER = [4096, 8192, 1024, 2048, 16384, 32768]
+
+
+def now(started: float) -> float:
+    return time.time() - started
+
+
+def run_bounded(argv: list[str], cwd: Path, log: Path, limit: float, env: dict | None = None) -> tuple[object, float]:
+    """(exit status or "timeout" / "not started", seconds): the whole process group is killed at the limit."""
+    if limit < 5:
+        return "not started", 0.0
+    started = time.monotonic()
+    log.parent.mkdir(parents=True, exist_ok=True)
+    with log.open("w") as handle:
+        proc = subprocess.Popen(
+            argv, cwd=cwd, stdout=handle, stderr=subprocess.STDOUT, start_new_session=True, env=env or os.environ.copy()
+        )
+        try:
+            rc = proc.wait(timeout=limit)
+        except subprocess.TimeoutExpired:
+            os.killpg(proc.pid, signal.SIGKILL)
+            proc.wait()
+            rc = "timeout"
+    return rc, round(time.monotonic() - started, 1)
+
+
+def clone(repo: Path, branch: str, work: Path) -> Path:
+    shutil.rmtree(work, ignore_errors=True)
+    subprocess.run(
+        ["git", "-c", "core.hooksPath=/dev/null", "clone", "-q", "-b", branch, str(repo), str(work)], check=True
+    )
+    return work
+
+
+def load_json(path: Path):
+    try:
+        return json.loads(path.read_text())
+    except (OSError, ValueError):
+        return None
+
+
+def verify(name: str, tree: Path, runs: Path, limit: float) -> dict:
+    report = runs / name / "report.json"
+    argv = ["liger-bot", "verify", "--repo", str(tree), "--pipeline", "kernel", "--target", name]
+    argv += ["--job-id", f"gpu-{name}", "--report", str(report)]
+    rc, seconds = run_bounded(argv, tree, runs / name / "verify.log", limit)
+    data = load_json(report) or {}
+    gates = {g["name"]: {"status": g["status"], "detail": g["detail"][-1200:]} for g in data.get("gates", [])}
+    return {"rc": rc, "seconds": seconds, "gates": gates}
+
+
+_CASE = re.compile(r"\b(PASSED|FAILED|ERROR|SKIPPED|XFAIL|XPASS) (test/[^\s:]+\.py::\S+)")
+_SKIPS = re.compile(r"^SKIPPED \[(\d+)\] (test/[^\s:]+\.py):")
+
+
+def pytest_summary(log: Path) -> dict:
+    """Per file, how many cases passed / failed / were skipped: read from the per-case lines as they were written
+    (-rA, and the verbose progress lines under xdist), so a run stopped at its budget still counts what it ran."""
+    text = log.read_text(errors="replace") if log.exists() else ""
+    status: dict[str, str] = {}
+    skipped: dict[str, int] = {}
+    for line in text.splitlines():
+        for match in _CASE.finditer(line):
+            status[match[2]] = match[1].lower()
+        skip = _SKIPS.match(line)
+        if skip:  # -rA folds skips into one line per reason: "SKIPPED [3] path:line: reason"
+            skipped[Path(skip[2]).name] = skipped.get(Path(skip[2]).name, 0) + int(skip[1])
+    by_file: dict[str, dict[str, int]] = {}
+    for node, state in status.items():
+        counts = by_file.setdefault(Path(node.split("::")[0]).name, {})
+        counts[state] = counts.get(state, 0) + 1
+    for name, count in skipped.items():
+        counts = by_file.setdefault(name, {})
+        counts["skipped"] = max(counts.get("skipped", 0), count)
+    lines = [line.strip("= ") for line in text.splitlines() if re.match(r"^=+ .*\d+ \w+.* in [\d.]+s", line)]
+    if not lines:  # stopped before pytest's own summary: the cases counted so far
+        totals: dict[str, int] = {}
+        for counts in by_file.values():
+            for state, n in counts.items():
+                totals[state] = totals.get(state, 0) + n
+        lines = [", ".join(f"{n} {state}" for state, n in sorted(totals.items())) + " (stopped: counted so far)"]
+    failures = sorted(node for node, state in status.items() if state in ("failed", "error"))
+    return {"summary": lines[-1] if lines else text[-400:], "by_file": by_file, "failures": failures[:80]}
+
+
+def liger_tests(tree: Path, runs: Path, limit: float, workers: int) -> dict:
+    """Liger's own test files, swapped to the generated kernels, in one pytest over the combined tree."""
+    files = sorted(str(p.relative_to(tree)) for p in (tree / "test/transformers").glob("test_*__loo_*.py"))
+    argv = [sys.executable, "-m", "pytest", "-q", "-rA", "-p", "no:cacheprovider", "-n", str(workers), *files]
+    env = {**os.environ, "PYTHONPATH": f"{tree / 'src'}:{tree}"}
+    rc, seconds = run_bounded(argv, tree, runs / "liger_tests.log", limit, env)
+    return {"rc": rc, "seconds": seconds, "files": files, **pytest_summary(runs / "liger_tests.log")}
+
+
+def write(out: Path, summary: dict) -> None:
+    with LOCK:
+        (out / "summary.json").write_text(json.dumps(summary, indent=2, default=str))
+        (out / "table.md").write_text(table(summary) + "\n")
+
+
+def _gate(row: dict, name: str) -> str:
+    gate = (row.get("verify") or {}).get("gates", {}).get(name)
+    return gate["status"] if gate else str((row.get("verify") or {}).get("rc", "-"))
+
+
+def table(summary: dict) -> str:
+    lines = [f"# kernel leave-one-out on {summary.get('device', '?')}", "", summary.get("versions", ""), ""]
+    lines += [
+        "| kernel | from | tier | CPU: Liger's test (interpreter) | GPU verify: unit tests | benchmark gate "
+        "| GPU: Liger's own test |",
+        "|---|---|---|---|---|---|---|",
+    ]
+    by_file = (summary.get("liger_tests") or {}).get("by_file", {})
+    for name, row in summary["kernels"].items():
+        case = row["case"]
+        test = f"test_{case['op']}__{name}.py"
+        gpu = by_file.get(test)
+        gpu_cell = (
+            ", ".join(f"{v} {k}" for k, v in sorted(gpu.items()))
+            if gpu
+            else (summary.get("liger_tests", {}).get("note") or "-")
+        )
+        cpu = (row.get("liger_test_cpu") or {}).get("summary", "-")
+        lines.append(
+            f"| {name} | `{case['spec']}` | {row.get('tier')} | {cpu} | {_gate(row, 'unit tests (GPU)')} "
+            f"| {_gate(row, 'benchmark (GPU)')} | {gpu_cell} |"
+        )
+    for name, why in summary.get("refused", {}).items():
+        lines.append(f"| {name} | refused | - | {why[:300]} | | | |")
+    timing = summary.get("timing") or {}
+    points = timing.get("points", [])
+    if points:
+        lines += [
+            "",
+            f"## time (ms, bf16; {timing.get('method', '')}) and peak memory (MB)",
+            "",
+            "| kernel | tokens x width | pass | generated | Liger | eager | compile | gen vs Liger | gen vs compile |",
+            "|---|---|---|---|---|---|---|---|---|",
+        ]
+        for p in points:
+            for mode in ("forward", "backward", "full", "peak_mb"):
+                cells = [p.get(side, {}).get(mode) for side in ("generated", "liger", "eager", "compile")]
+                text = [
+                    f"{c:.4f}" if isinstance(c, float) and mode != "peak_mb" else f"{c:.0f}" if c else "-"
+                    for c in cells
+                ]
+                ratio = lambda a, b: f"{b / a:.2f}x" if a and b else "-"  # noqa: E731
+                lines.append(
+                    f"| {p['case']} | {p['tokens']}x{p['width']} | {mode} | {' | '.join(text)} "
+                    f"| {ratio(cells[0], cells[1])} | {ratio(cells[0], cells[3])} |"
+                )
+        errors = timing.get("errors", [])
+        if errors:
+            lines += ["", "timing errors:"] + [f"- {e[:300]}" for e in errors]
+    for note in summary.get("notes", []):
+        lines.append(f"\n{note}")
+    return "\n".join(lines)
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("dest", type=Path)
+    parser.add_argument("out", type=Path)
+    parser.add_argument("--deadline", type=float, default=395, help="seconds after $STARTED for the last write")
+    parser.add_argument("--verify-s", type=float, default=150, help="the verify phase (all branches side by side)")
+    parser.add_argument("--tests-s", type=float, default=150, help="Liger's own tests, beside the verifies")
+    parser.add_argument("--parallel", type=int, default=16, help="verifies at once (all, on the H200's 16 cores)")
+    parser.add_argument("--workers", type=int, default=8)
+    parser.add_argument("--cases", nargs="*")
+    args = parser.parse_args(argv)
+    started = float(os.environ.get("STARTED") or time.time())
+    args.out.mkdir(parents=True, exist_ok=True)
+    work = Path(os.environ.get("WORK", "/tmp/kloo-gpu"))
+    runs = work / "runs"
+    shutil.rmtree(runs, ignore_errors=True)
+    runs.mkdir(parents=True)
+    results = load_json(args.dest / "results.json") or {}
+    kernels = {n: r for n, r in results.items() if r.get("branch") and (not args.cases or n in args.cases)}
+    summary: dict = {
+        "kernels": kernels,
+        "refused": {n: r.get("refused") or "no branch" for n, r in results.items() if not r.get("branch")},
+        "notes": [],
+    }
+    probe = subprocess.run(
+        [
+            sys.executable,
+            "-c",
+            "import sys, torch, triton; print(torch.cuda.get_device_name() if "
+            "torch.cuda.is_available() else 'no CUDA'); print(sys.version.split()[0], torch.__version__,"
+            " triton.__version__)",
+        ],
+        capture_output=True,
+        text=True,
+    )
+    device, _, versions = probe.stdout.strip().partition("\n")
+    summary["device"], summary["versions"] = device, f"Python, torch, triton: {versions}"
+    repo = args.dest / "lk.git"
+    trees = {}
+    for name, row in kernels.items():
+        try:
+            trees[name] = clone(repo, row["branch"], work / name)
+        except subprocess.CalledProcessError as exc:
+            row["verify"] = {"rc": f"clone failed: {exc}", "gates": {}}
+    combined = clone(repo, COMBINED, work / "combined")
+    write(args.out, summary)
+
+    # phase 1: the GPU gates per branch, side by side, and Liger's own tests over the combined tree beside them
+    verify_end = now(started) + args.verify_s
+
+    def one(name: str) -> None:
+        kernels[name]["verify"] = verify(name, trees[name], runs, min(verify_end, args.deadline) - now(started))
+        write(args.out, summary)
+        print(
+            f"{name}: verify exit {kernels[name]['verify']['rc']} in {kernels[name]['verify']['seconds']} s", flush=True
+        )
+
+    def tests() -> None:
+        limit = min(args.tests_s, args.deadline - 60 - now(started))
+        summary["liger_tests"] = liger_tests(combined, runs, limit, args.workers)
+        if summary["liger_tests"]["rc"] == "timeout":
+            summary["liger_tests"]["note"] = f"stopped at its {limit:.0f} s budget"
+        write(args.out, summary)
+        print(
+            f"Liger's own tests: {summary['liger_tests']['summary']} ({summary['liger_tests']['seconds']} s)",
+            flush=True,
+        )
+
+    cases = {n: kernels[n]["case"] for n in trees}
+    (work / "cases.json").write_text(json.dumps(cases))
+    child_env = {
+        **os.environ,
+        "PYTHONPATH": os.pathsep.join([str(combined / "src"), str(combined), os.environ.get("PYTHONPATH", "")]),
+    }
+
+    def warm() -> None:  # torch.compile of every reference, so the timing finds it in the on-disk caches
+        argv = [
+            sys.executable,
+            str(Path(__file__).resolve()),
+            "--timing",
+            str(combined),
+            str(work / "warm.json"),
+            str(started + verify_end),
+            str(work / "cases.json"),
+            "--warm",
+        ]
+        rc, seconds = run_bounded(argv, combined, runs / "warm.log", verify_end - now(started), child_env)
+        summary["notes"].append(f"compile warm-up: exit {rc} in {seconds} s")
+
+    tester, warmer = threading.Thread(target=tests), threading.Thread(target=warm)
+    tester.start()
+    warmer.start()
+    with ThreadPoolExecutor(max(1, args.parallel)) as pool:
+        list(pool.map(one, list(trees)))
+    tester.join()
+    warmer.join()
+
+    # phase 2: the timing table, alone on the GPU, until the deadline (a child: a hung kernel cannot stop the writes)
+    left = args.deadline - 10 - now(started)
+    timing_file = args.out / "timing.json"
+    if left > 20:
+        argv = [
+            sys.executable,
+            str(Path(__file__).resolve()),
+            "--timing",
+            str(combined),
+            str(timing_file),
+            str(started + args.deadline - 15),
+            str(work / "cases.json"),
+        ]
+        rc, seconds = run_bounded(argv, combined, runs / "timing.log", left, child_env)
+        summary["notes"].append(f"timing: exit {rc} in {seconds} s")
+    else:
+        summary["notes"].append(f"timing: not run, {left:.0f} s left of the deadline")
+    summary["timing"] = load_json(timing_file) or {}
+    write(args.out, summary)
+    with tarfile.open(args.out / "runs.tar.gz", "w:gz") as tar:
+        tar.add(runs, arcname="runs")
+    print(table(summary))
+    print(f"leave-one-out GPU run: {now(started):.0f} s")
+    return 0
+
+
+# ---- the timing child ----
+
+
+def _sizes(tree: Path, width: int) -> tuple[list[int], str]:
+    """Liger's benchmark sweep: total tokens 2^10 .. the largest power of two whose probe fits 40% of memory
+    (the script's compute_seq_len_sweep_config, run with its own probe rule); else 2^10 .. 2^15."""
+    import math
+
+    import torch
+
+    try:
+        sys.path.insert(0, str(tree / "benchmark/scripts"))
+        from benchmark_model_configs import compute_seq_len_sweep_config
+        from benchmark_model_configs import get_benchmark_model_config
+
+        model = get_benchmark_model_config(None)
+
+        def probe():
+            x = torch.randn(1024, width, device="cuda", dtype=torch.bfloat16, requires_grad=True)
+            return torch.nn.functional.silu(x) * x  # a stand-in of the op's footprint: inputs, output, a temporary
+
+        config = compute_seq_len_sweep_config(model, probe_fn=probe, probe_seq_len=1024)
+        top = config.seq_len * config.batch_size
+        return [2**i for i in range(10, int(math.log2(top)) + 1)], f"Liger's sweep rule, up to {top} tokens"
+    except Exception as exc:  # noqa: BLE001
+        return [2**i for i in range(10, 14)], f"fixed 2^10..2^13 (the sweep rule failed: {type(exc).__name__}: {exc})"
+
+
+class FunctionalLayer:  # built lazily as an nn.Module subclass (torch imported in the child only)
+    pass
+
+
+def timing_child(tree: Path, path: Path, deadline: float, cases_path: Path, warm: bool = False) -> None:
+    """Times every case at every size (size by size) until the deadline. warm: compile only, one size, so the
+    inductor caches on disk are filled while the verifies run and the timing then loads what it compiled."""
+    import importlib
+    import inspect
+
+    import torch
+
+    from pipelines.kernel import bench
+    from pipelines.kernel import reference
+    from pipelines.kernel.spec import pascal
+
+    class Functional(torch.nn.Module):
+        def __init__(self, fn):
+            super().__init__()
+            self.fn = fn
+
+        def forward(self, *xs):
+            return self.fn(*xs)
+
+    globals()["FunctionalLayer"] = Functional
+    torch._dynamo.config.cache_size_limit = 64
+    cases = json.loads(cases_path.read_text())
+    model = {"hidden": 4096, "intermediate": 14336}  # llama_3_8b, the scripts' default model
+    record: dict = {"points": [], "errors": [], "method": "triton.testing.do_bench medians, rep 20 ms"}
+    sizes: dict[str, list[int]] = {}
+    for width in ("hidden", "intermediate"):
+        sizes[width], record[f"sizes_{width}"] = _sizes(tree, model[width])
+
+    def save():
+        path.write_text(json.dumps(record, indent=1))
+
+    def layers(name: str, case: dict, width: int) -> dict:
+        with reference.determinism_kept():
+            test = importlib.import_module(f"test.transformers.test_{name}")
+        generated_cls = getattr(importlib.import_module(f"liger_kernel.transformers.{name}"), f"Liger{pascal(name)}")
+        torch_cls = getattr(test, f"Torch{pascal(name)}")
+        hidden = "hidden_size" in inspect.signature(torch_cls).parameters
+        args = (width,) if hidden else ()
+        namespace = {"H": width, "FunctionalLayer": Functional, "liger_kernel": importlib.import_module("liger_kernel")}
+        for module in case["liger"].split("(")[0].rsplit(".", 1)[:1] + ["liger_kernel.transformers.functional"]:
+            if module.startswith("liger_kernel"):
+                importlib.import_module(module)
+        dtype = torch.bfloat16
+        out = {
+            "generated": generated_cls(*args).to("cuda").to(dtype),
+            "liger": eval(case["liger"], namespace).to("cuda").to(dtype),  # noqa: S307  the table's own expressions
+            "eager": torch_cls(*args).to("cuda").to(dtype),
+            "compile": torch.compile(torch_cls(*args).to("cuda").to(dtype)),
+        }
+        return out
+
+    built: dict = {}
+    order = sorted(set(sum(sizes.values(), [])), key=lambda t: SIZE_ORDER.index(t) if t in SIZE_ORDER else 99)
+    for tokens in order[:1] if warm else order:
+        for name, case in cases.items():
+            if time.time() > deadline - 5:
+                record["stopped"] = f"deadline: {tokens} tokens not timed for {name} and after"
+                save()
+                return
+            width = model[case["width"]]
+            if tokens not in sizes[case["width"]]:
+                continue
+            point = {"case": name, "tokens": tokens, "width": width}
+            try:
+                if name not in built:
+                    built[name] = layers(name, case, width)
+                inputs = [
+                    torch.randn(tokens, width, device="cuda", dtype=torch.bfloat16, requires_grad=True)
+                    for _ in range(case["inputs"])
+                ]
+                for x in inputs:  # the tokens dimension only: what Liger's script's recompiles make dynamic
+                    torch._dynamo.mark_dynamic(x, 0)
+                if warm:
+                    for x in inputs:
+                        x.requires_grad_(True)
+                    bench.one_output(built[name]["compile"](*inputs)).sum().backward()
+                    torch.cuda.synchronize()
+                    print(f"warm {name}", flush=True)
+                    continue
+                for side, layer in built[name].items():
+                    try:  # one side's failure (Liger's module refusing these inputs) leaves the others timed
+                        point[side] = bench.time_modes(layer, inputs, 20)
+                    except Exception as exc:  # noqa: BLE001
+                        point[side] = {"error": f"{type(exc).__name__}: {str(exc)[:200]}"}
+                        record["errors"].append(f"{name} {tokens}x{width} {side}: {point[side]['error']}")
+                    for x in inputs:
+                        x.grad = None
+                del inputs
+                torch.cuda.empty_cache()
+            except Exception as exc:  # noqa: BLE001  one kernel's failure never stops the others
+                record["errors"].append(f"{name} {tokens}x{width}: {type(exc).__name__}: {str(exc)[:300]}")
+                torch.cuda.empty_cache()
+            record["points"].append(point)
+            save()
+            print(json.dumps(point), flush=True)
+    save()
+
+
+if __name__ == "__main__":
+    if len(sys.argv) > 1 and sys.argv[1] == "--timing":
+        timing_child(Path(sys.argv[2]), Path(sys.argv[3]), float(sys.argv[4]), Path(sys.argv[5]), "--warm" in sys.argv)
+        sys.exit(0)
+    sys.exit(main())

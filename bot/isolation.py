@@ -44,6 +44,7 @@ from pipelines.contract import Request
 from pipelines.contract import Understood
 from pipelines.outcome import GateResult
 from pipelines.outcome import PipelineError
+from pipelines.pull_request import BodyParts
 from pipelines.target import Checkout
 
 SOURCE_ROOT = Path(__file__).resolve().parents[1]  # liger-bot's own packages, importable in the child
@@ -262,11 +263,13 @@ def understood_from_json(data: dict) -> Understood:
 
 
 def outcome_json(outcome: Outcome) -> dict:
-    return {**dataclasses.asdict(outcome), "gates": [g.to_record() for g in outcome.gates]}
+    gates, pr = [g.to_record() for g in outcome.gates], outcome.pr.to_json() if outcome.pr else None
+    return {**dataclasses.asdict(outcome), "gates": gates, "pr": pr}
 
 
 def outcome_from_json(data: dict) -> Outcome:
-    return Outcome(**{**data, "gates": [GateResult.from_record(g) for g in data["gates"]]})
+    gates = [GateResult.from_record(g) for g in data["gates"]]
+    return Outcome(**{**data, "gates": gates, "pr": BodyParts.from_json(data["pr"]) if data.get("pr") else None})
 
 
 # --- the child side -----------------------------------------------------------------------------------------

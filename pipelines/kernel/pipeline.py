@@ -5,6 +5,7 @@ from __future__ import annotations
 from pathlib import Path
 
 from pipelines import pull_request
+from pipelines.changeset import format_with_target_style
 from pipelines.contract import branch_name
 from pipelines.kernel import act as act_mod
 from pipelines.kernel import duplicates
@@ -54,7 +55,7 @@ def run(
     branch = branch_name("kernel", u.spec.name)
     git.checkout(branch, create_from="HEAD")
     changeset.write(checkout.root)
-    act_mod.format_with_target_style(checkout, changeset.paths)
+    format_with_target_style(checkout, changeset.paths)
     git.commit_all(
         f"Add {profile.module_class_name}: Triton kernel generated from {spec_text}\n\nliger-bot kernel {spec_text}"
     )

@@ -179,7 +179,7 @@ def _gate_json(gate) -> dict:
     }
 
 
-class Progress:
+class JobProgress:
     """The callback a pipeline reports through: text lines, or GateResults as verify produces them."""
 
     def __init__(self, worker: Worker, job_id: int):
@@ -407,7 +407,7 @@ class Worker:
         if job.job_state is JobState.ACTING:
             self.publish(job)
         checkout, base = self.fresh_checkout(job)
-        progress = Progress(self, job.id)
+        progress = JobProgress(self, job.id)
         request = self.request(job, checkout, approved=True)
         outcome = tier3.act_verify(self, job, self.pipeline(job), request, progress)  # the pipeline's, or drafts
         gates = [_gate_json(g) for g in outcome.gates] or progress.gates

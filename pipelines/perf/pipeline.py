@@ -24,7 +24,6 @@ from pathlib import Path
 from pipelines import pull_request
 from pipelines.changeset import checkstyle_gate
 from pipelines.changeset import ruff_argv
-from pipelines.commands import run_command
 from pipelines.contract import branch_name
 from pipelines.outcome import GateResult
 from pipelines.outcome import GateStatus
@@ -40,6 +39,7 @@ from pipelines.perf.profile import applicability
 from pipelines.perf.profile import benchmark_sizes
 from pipelines.perf.source import read_kernel
 from pipelines.pull_request import BodyParts
+from pipelines.subprocesses import run_command
 from pipelines.target import Checkout
 from pipelines.target import open_checkout
 

@@ -23,8 +23,8 @@ from pathlib import Path
 from pipelines import target
 from pipelines.chunked_loss import act
 from pipelines.chunked_loss import pipeline
-from pipelines.commands import run_command
 from pipelines.outcome import PipelineError
+from pipelines.subprocesses import run_command
 
 # loss -> (SPEC, settings, Liger's class stem, the -k expression of the tests built on that reference class)
 CASES = {

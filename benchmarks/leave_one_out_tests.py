@@ -28,9 +28,9 @@ from pipelines.autopatch import removal
 from pipelines.autopatch import verify
 from pipelines.autopatch.pipeline import run_pipeline
 from pipelines.autopatch.pipeline import understand_model
-from pipelines.commands import run_command
 from pipelines.outcome import GateStatus
 from pipelines.outcome import PipelineError
+from pipelines.subprocesses import run_command
 
 # Why a model's original test does not pass on the regenerated patch (or why there is none to run), judged from the
 # row's evidence. Categories: "refused by design" (a guard with evidence), "ours conservative" (we leave a kernel

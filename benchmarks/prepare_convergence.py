@@ -34,9 +34,9 @@ from pipelines.autopatch.pipeline import run_pipeline
 from pipelines.autopatch.pipeline import understand_model
 from pipelines.changeset import format_with_target_style
 from pipelines.changeset import ruff_argv
-from pipelines.commands import run_command
 from pipelines.git import GitError
 from pipelines.outcome import PipelineError
+from pipelines.subprocesses import run_command
 
 COMBINED = "liger-bot/convergence-all"
 # Passed import, instance patching, CPU numerics and checkstyle here (benchmarks/autopatch_new_models.py); one of

@@ -1,4 +1,5 @@
-"""Pushing the bot's branch to the forge's git remote, and noticing when a person has pushed to it.
+"""The worker's git work, all of it: a bare mirror per repository and a fresh clone of it for each stage
+(`GitWorkspace`), pushing the bot's branch to the forge's git remote, and noticing when a person has pushed to it.
 
 Credentials travel in the remote URL (`https://x-access-token:TOKEN@host/owner/repo.git`), but that URL is
 handed to git through `GIT_CONFIG_*` environment entries (a named remote), not argv, so it never shows in a
@@ -19,8 +20,10 @@ A commit is the bot's when it is the head the bot last pushed, or when its commi
 from __future__ import annotations
 
 import enum
+import fcntl
 import os
 import shlex
+import shutil
 import subprocess
 import tempfile
 import urllib.parse
@@ -28,8 +31,14 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from bot.forge import redact
+from bot.forge.base import Forge
+from bot.forge.base import RepoRef
 from pipelines.git import BOT_IDENTITY
+from pipelines.git import Git
 from pipelines.git import GitError
+from pipelines.outcome import PipelineError
+from pipelines.target import Checkout
+from pipelines.target import open_checkout
 
 REMOTE = "liger-bot-push"
 _CHECK_REF = "refs/liger-bot/remote-head"
@@ -181,3 +190,56 @@ def _push_from(
     lease = f"--force-with-lease=refs/heads/{branch}:{remote_head or ''}"
     remote.git("push", "-q", lease, REMOTE, f"refs/heads/{branch}:refs/heads/{branch}")
     return PushResult(PushOutcome.PUSHED, branch, local_head)
+
+
+# --- the worker's checkouts: a bare mirror per repository, a fresh clone of it per stage -------------------------
+
+
+class GitWorkspace:
+    """Checkouts under `root`, one folder per job, made fresh for each stage (a stage never trusts leftovers).
+
+    Each repository has a bare mirror under `root/mirrors`, fetched incrementally; a job's checkout is a local
+    clone of it (hardlinks), so a stage costs a fetch of what changed, not a download of the repository.
+    """
+
+    def __init__(self, root: str | Path):
+        self.root = Path(root)
+
+    def _mirror(self, forge: Forge, repo: RepoRef, branch: str) -> Path:
+        mirror = self.root / "mirrors" / f"{repo.owner}__{repo.name}.git"
+        mirror.parent.mkdir(parents=True, exist_ok=True)
+        with open(mirror.with_suffix(".lock"), "a") as lock:
+            fcntl.flock(lock, fcntl.LOCK_EX)  # workers on one host share the mirror
+            if not (mirror / "HEAD").exists():
+                mirror.mkdir(exist_ok=True)
+                Git(mirror).run("init", "-q", "--bare")
+            remote = Remote(mirror, forge.clone_url(repo), forge.push_credentials(repo))
+            remote.git("fetch", "-q", "--no-tags", "--prune", REMOTE, f"+refs/heads/{branch}:refs/heads/{branch}")
+        return mirror
+
+    def checkout(self, forge: Forge, repo: RepoRef, branch: str, name: str) -> Checkout:
+        mirror = self._mirror(forge, repo, branch)
+        dest = self.root / name
+        shutil.rmtree(dest, ignore_errors=True)
+        dest.parent.mkdir(parents=True, exist_ok=True)
+        os.chmod(self.root, 0o711)  # a stage child (another user) may reach its own folder, not list the others
+        # --no-hardlinks: the stage user will own the checkout's files, never an object shared with the mirror
+        argv = ["git", "-c", "core.hooksPath=/dev/null", "clone", "-q", "--no-hardlinks", "-b", branch]
+        proc = subprocess.run([*argv, str(mirror), str(dest)], capture_output=True, text=True)
+        if proc.returncode != 0:
+            raise PipelineError(f"could not check out {repo.full_name}@{branch}: {proc.stderr.strip()[-300:]}")
+        return open_checkout(dest)
+
+    def push(self, forge: Forge, repo: RepoRef, checkout: Checkout, branch: str, last_pushed: str | None):
+        return push_branch(checkout.root, branch, forge.clone_url(repo), forge.push_credentials(repo), last_pushed)
+
+    def discard(self, name: str) -> None:
+        shutil.rmtree(self.root / name, ignore_errors=True)
+
+    def out_dir(self, job_id: int) -> Path:
+        """Where a pipeline writes beside the checkout (reports, benchmark tables): never inside the target."""
+        return self.root / f"job-{job_id}.out"
+
+    def discard_job(self, job_id: int) -> None:
+        for name in (f"job-{job_id}", f"job-{job_id}.out", f"job-{job_id}.liger-bot"):
+            self.discard(name)

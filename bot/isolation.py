@@ -4,7 +4,7 @@ The worker holds the App's private key, the webhook secret and installation toke
 act + verify import the target's files (a fuse model file, a kernel's `path.py:function`) and run its tests. So
 `isolated(pipeline, "module:NAME")` gives a Pipeline row whose two stages each run `python -m bot.isolation` in a
 child: the request goes in as JSON on stdin, the child runs the named in-process row's stage, and its answer
-comes back as JSON in a result file. The child's environment is the allow-list of `pipelines.commands` (never the
+comes back as JSON in a result file. The child's environment is the allow-list of `pipelines.subprocesses` (never the
 App's variables) and its directory the job's checkout.
 
 When the worker runs as root the child also runs as another, unprivileged OS user (`LIGER_BOT_STAGE_USER`, default
@@ -36,7 +36,6 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from pipelines import registry
-from pipelines.commands import allowed_env
 from pipelines.contract import Outcome
 from pipelines.contract import Pipeline
 from pipelines.contract import Progress
@@ -44,6 +43,8 @@ from pipelines.contract import Request
 from pipelines.contract import Understood
 from pipelines.outcome import GateResult
 from pipelines.outcome import PipelineError
+from pipelines.pull_request import BodyParts
+from pipelines.subprocesses import allowed_env
 from pipelines.target import Checkout
 
 SOURCE_ROOT = Path(__file__).resolve().parents[1]  # liger-bot's own packages, importable in the child
@@ -262,11 +263,13 @@ def understood_from_json(data: dict) -> Understood:
 
 
 def outcome_json(outcome: Outcome) -> dict:
-    return {**dataclasses.asdict(outcome), "gates": [g.to_record() for g in outcome.gates]}
+    gates, pr = [g.to_record() for g in outcome.gates], outcome.pr.to_json() if outcome.pr else None
+    return {**dataclasses.asdict(outcome), "gates": gates, "pr": pr}
 
 
 def outcome_from_json(data: dict) -> Outcome:
-    return Outcome(**{**data, "gates": [GateResult.from_record(g) for g in data["gates"]]})
+    gates = [GateResult.from_record(g) for g in data["gates"]]
+    return Outcome(**{**data, "gates": gates, "pr": BodyParts.from_json(data["pr"]) if data.get("pr") else None})
 
 
 # --- the child side -----------------------------------------------------------------------------------------

@@ -1,8 +1,8 @@
-"""Where verify gates run: `local` (in the worker's process, the default) or `actions` (a GPU workflow).
+"""Where verify gates run: `local` (the worker's own act + verify stage, the default) or `actions` (a GPU workflow).
 
-A runner's `start` either finishes the verification (`local`) or dispatches it and returns `Dispatched`
-(`actions`); the job then waits for `workflow_run.completed`, and `ActionsRunner.resume` reads the verdict
-from the `liger-bot-report` artifact the workflow uploads (`report.json`, the `VerifyReport` JSON below).
+`ActionsRunner.start` dispatches the verification and returns `Dispatched`; the job then waits for
+`workflow_run.completed`, and `ActionsRunner.resume` reads the verdict from the `liger-bot-report` artifact the
+workflow uploads (`report.json`, the `VerifyReport` JSON below).
 
 A verify run may also measure: its `Figures` (bot/figures.py) come beside report.json in the artifact.
 """
@@ -16,7 +16,6 @@ import json
 import logging
 import time
 import zipfile
-from collections.abc import Callable
 from collections.abc import Mapping
 from dataclasses import dataclass
 from dataclasses import field
@@ -153,26 +152,7 @@ class Dispatched:
         return "; ".join(problems) or None
 
 
-class Runner:
-    kind: RunnerKind
-
-    def start(self, request: VerifyRequest) -> VerifyReport | Dispatched:
-        raise NotImplementedError
-
-
-class LocalRunner(Runner):
-    """Runs the gates in the worker: `verify(request)` is the pipeline's verify stage."""
-
-    kind = RunnerKind.LOCAL
-
-    def __init__(self, verify: Callable[[VerifyRequest], list[GateResult]]):
-        self.verify = verify
-
-    def start(self, request: VerifyRequest) -> VerifyReport:
-        return VerifyReport(request.job_id, tuple(self.verify(request)))
-
-
-class ActionsRunner(Runner):
+class ActionsRunner:
     """Dispatches the shipped verify workflow on the bot's branch of the base repository."""
 
     kind = RunnerKind.ACTIONS
@@ -238,14 +218,3 @@ def classify_workflow_run(payload: Mapping) -> tuple[WorkflowKind, WorkflowRun] 
     if kind is WorkflowKind.VERIFY and not str(run.get("head_branch", "")).startswith(BRANCH_PREFIX):
         return None
     return kind, WorkflowRun.from_json(run)
-
-
-def make_runner(
-    kind: str, forge: Forge, verify: Callable[[VerifyRequest], list[GateResult]], labels=DEFAULT_LABELS
-) -> Runner:
-    """From the repo config's `runner:` value (`.github/liger-bot.yml`)."""
-    if kind == RunnerKind.LOCAL.value:
-        return LocalRunner(verify)
-    if kind == RunnerKind.ACTIONS.value:
-        return ActionsRunner(forge, tuple(labels))
-    raise PipelineError(f"unknown runner {kind!r}", hint="runner: local or runner: actions")

@@ -55,7 +55,7 @@ class Runtime:
     store: Store
     queue: Queue
     forge_for: ForgeFactory
-    workspace: object = None  # bot.worker.Workspace; only workers need one
+    workspace: object = None  # bot.gitops.GitWorkspace; only workers need one
     _forges: dict = field(default_factory=dict)
 
     @classmethod

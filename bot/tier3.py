@@ -20,6 +20,7 @@ from pipelines.contract import Pipeline
 from pipelines.contract import Request
 from pipelines.outcome import GateResult
 from pipelines.outcome import GateStatus
+from pipelines.pull_request import BodyParts
 
 
 def is_draft_job(job) -> bool:
@@ -63,10 +64,12 @@ def act_verify(worker, job, pipeline: Pipeline, request: Request, progress) -> O
     worker.store.update(job.id, result={**(worker.store.get(job.id).result or {}), "llm": report})
     if not outcomes:
         return _refused(job, run.stop)
-    return dataclasses.replace(outcomes[-1], ok=run.ok, profile=profile, pr_body=pr_body(job, report))
+    last = outcomes[-1]
+    pr = dataclasses.replace(last.pr or BodyParts(""), summary=pr_summary(job, report))
+    return dataclasses.replace(last, ok=run.ok, profile=profile, pr=pr)
 
 
-def pr_body(job, report: dict) -> str:
+def pr_summary(job, report: dict) -> str:
     """What a reviewer of the PR needs first: the engine refused this op, a model drafted it, the bot tested it."""
     profile = job.profile
     return (
@@ -79,4 +82,4 @@ def pr_body(job, report: dict) -> str:
 
 def _refused(job, why: str) -> Outcome:
     gate = GateResult("tier-3 draft", GateStatus.FAIL, why)
-    return Outcome("", [gate], [], "", "", False, profile=job.profile)
+    return Outcome("", [gate], [], "", None, False, profile=job.profile)

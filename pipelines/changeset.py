@@ -11,10 +11,10 @@ import sys
 from dataclasses import dataclass
 from pathlib import Path
 
-from pipelines.commands import run_command
 from pipelines.outcome import GateResult
 from pipelines.outcome import GateStatus
 from pipelines.outcome import PipelineError
+from pipelines.subprocesses import run_command
 from pipelines.target import Checkout
 
 

@@ -24,6 +24,7 @@ from pathlib import Path
 
 from pipelines.outcome import GateResult
 from pipelines.outcome import PipelineError
+from pipelines.pull_request import BodyParts
 from pipelines.target import Checkout
 
 BRANCH_PREFIX = "liger-bot/"  # every branch the bot pushes; the one place it is spelled
@@ -64,7 +65,7 @@ class Outcome:
     gates: list[GateResult]
     files: list[str]
     pr_title: str
-    pr_body: str
+    pr: BodyParts | None  # the PR body's parts: the job renders the body once, from these and its gates
     ok: bool
     profile: dict | None = None
     verify_target: str = ""  # `liger-bot verify --target` on a GPU runner; "" : this pipeline verifies here
@@ -135,7 +136,7 @@ def run_outcome(run, pr_title: str, verify_target: str) -> Outcome:
         gates=list(run.gates),
         files=list(run.files),
         pr_title=pr_title,
-        pr_body=run.pr_body,
+        pr=run.pr,
         ok=not run.failed,
         profile=run.profile.to_json(),
         verify_target=verify_target,

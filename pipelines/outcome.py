@@ -133,13 +133,14 @@ def result_json(profile, branch: str, files: list[str], gates: list[GateResult],
 @dataclass
 class PipelineRun:
     """A file-writing pipeline's run on a checkout (kernel, chunked-loss): the profile it acted on, its branch, the
-    files it wrote, the gates in order and the PR body."""
+    files it wrote, the gates in order, the PR body it wrote beside the checkout and the parts it was rendered from."""
 
     profile: object  # the pipeline's profile (anything with to_json)
     branch: str
     files: list[str]
     gates: list[GateResult]
     pr_body: str
+    pr: object = None  # pipelines.pull_request.BodyParts (the App renders the body again, with its notes)
 
     @property
     def failed(self) -> bool:

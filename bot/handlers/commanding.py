@@ -55,7 +55,7 @@ def handle_comment(ctx, body: str | None, comment_id: int | None, review_comment
 
 
 def _flow(verb: str):
-    from bot.worker import flow_for  # the worker's table knows how each pipeline checks its settings
+    from bot.worker.flow import flow_for  # the worker's table knows how each pipeline checks its settings
 
     return flow_for(verb)
 

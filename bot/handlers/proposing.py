@@ -73,7 +73,7 @@ def _ask(ctx, body: str):
     system, messages = prompts.propose_system(command_table()), prompts.propose_messages(text)
     answer = provider.ask(system, messages, PROPOSAL_ANSWER_TOKENS)
     command = proposals.read_answer(answer.text)
-    from bot.worker import flow_for
+    from bot.worker.flow import flow_for
 
     flow_for(command.spec.pipeline).validate_settings(command.target, list(command.settings))
     return command, answer

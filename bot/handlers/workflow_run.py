@@ -17,7 +17,7 @@ from bot.runners import classify_workflow_run
 
 @on("workflow_run", "completed")
 def run_completed(ctx) -> None:
-    from bot.worker import waiting_for_workflow
+    from bot.worker.flow import waiting_for_workflow
 
     classified = classify_workflow_run(ctx.payload)
     if classified is None or classified[0] is not WorkflowKind.VERIFY:

@@ -29,8 +29,8 @@ from pathlib import Path
 from pipelines import changeset
 from pipelines.autopatch import act
 from pipelines.autopatch import edits
-from pipelines.commands import run_command
 from pipelines.outcome import PipelineError
+from pipelines.subprocesses import run_command
 from pipelines.target import Checkout
 
 MODEL_PACKAGE = "liger_kernel.transformers.model"

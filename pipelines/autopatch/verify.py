@@ -30,11 +30,11 @@ from typing import Protocol
 from pipelines import changeset
 from pipelines.autopatch import act
 from pipelines.autopatch.profile import Profile
-from pipelines.commands import CommandResult
-from pipelines.commands import run_command
 from pipelines.outcome import GateResult
 from pipelines.outcome import GateStatus
 from pipelines.outcome import PipelineError
+from pipelines.subprocesses import CommandResult
+from pipelines.subprocesses import run_command
 
 
 class Runner(Protocol):

@@ -12,10 +12,9 @@ from pipelines.chunked_loss import profile as profile_mod
 from pipelines.chunked_loss import spec as spec_mod
 from pipelines.chunked_loss import understand as understand_mod
 from pipelines.chunked_loss import verify as verify_mod
-from pipelines.outcome import GateResult
 from pipelines.outcome import PipelineError
 from pipelines.outcome import PipelineRun
-from pipelines.outcome import gates_table
+from pipelines.outcome import Report
 from pipelines.target import Checkout
 from pipelines.target import open_checkout
 
@@ -69,31 +68,33 @@ def run(
     progress(f"wrote {len(changeset.paths)} files on branch {branch}")
     out_dir.mkdir(parents=True, exist_ok=True)
     gates = verify_mod.verify(checkout, u.spec.name, changeset.paths, out_dir, progress)
-    body = pr_body(checkout, profile, gates, out_dir, spec_text, settings)
+    parts = pr_parts(checkout, profile, out_dir, spec_text, settings)
+    body = pull_request.render(parts, Report(tuple(gates)))
     (out_dir / "pr_body.md").write_text(body)
-    return ChunkedLossRun(profile, branch, changeset.paths, gates, body)
+    title = f"Add {profile.module_class_name}: a chunked loss generated from {spec_text}"
+    progress(pull_request.handoff(title, branch, out_dir / "pr_body.md"))
+    return ChunkedLossRun(profile, branch, changeset.paths, gates, body, parts)
 
 
 def reproduce(spec_text: str, name: str, settings=()) -> str:
     return f"liger-bot chunked-loss {spec_text} --repo DIR --name {name}" + "".join(f" --set {s}" for s in settings)
 
 
-def pr_body(
+def pr_parts(
     checkout: Checkout,
     profile: profile_mod.ChunkedLossProfile,
-    gates: list[GateResult],
     out_dir: Path,
     spec_text: str,
     settings=(),
-) -> str:
-    """The PR body, in the target's own PR template where it has one (`pipelines.pull_request`)."""
+) -> pull_request.BodyParts:
+    """What the PR says, for the target's own PR template where it has one (`pipelines.pull_request`)."""
     summary = (
         f"Adds `{profile.module_class_name}` ({profile.kind}), a chunked loss on `{profile.base_class}` generated from "
         f"`{profile.source}`: the hidden states are projected chunk by chunk and the `[B*T, V]` logits are never held. "
         f"The per-chunk loss was proven to decompose over chunks by running the reference on a whole batch against "
         f"the per-chunk function on chunks {profile.decomposition['chunks']}."
     )
-    testing = ["### Verify", gates_table(gates)]
+    testing = []
     table = out_dir / "benchmark.md"
     if table.exists():
         testing += [f"### Benchmark\n{table.read_text()}"]
@@ -104,8 +105,7 @@ def pr_body(
         summary=summary,
         details=details,
         testing="\n\n".join(testing),
-        gates=tuple(gates),
         make_targets={"checkstyle": ("checkstyle",)},
         reproduce=reproduce(spec_text, profile.loss_name, settings),
     )
-    return pull_request.body(checkout, parts, pull_request.versions())
+    return pull_request.for_target(checkout, parts)

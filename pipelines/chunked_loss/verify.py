@@ -4,7 +4,7 @@ checkstyle -> import -> the generated tests on the CPU -> the tests on a GPU -> 
 and time against the unfused reference). Liger's chunked losses are PyTorch (+ torch.compile on a GPU), so the
 generated tests run on a CPU host as they are; on a GPU host the CPU gate gives way to the GPU one. The GPU gates
 SKIP with their reason on a host without CUDA: they never PASS there. Every gate runs the target's code in a child
-with the allow-listed environment (`pipelines.commands`), never in this process.
+with the allow-listed environment (`pipelines.subprocesses`), never in this process.
 """
 
 from __future__ import annotations
@@ -16,10 +16,10 @@ from pathlib import Path
 from pipelines.changeset import checkstyle_gate
 from pipelines.chunked_loss.act import LossFiles
 from pipelines.chunked_loss.act import names
-from pipelines.commands import run_command
 from pipelines.kernel.verify import cuda_available
 from pipelines.outcome import GateResult
 from pipelines.outcome import GateStatus
+from pipelines.subprocesses import run_command
 from pipelines.target import Checkout
 
 LIGER_BOT_ROOT = Path(__file__).resolve().parents[2]

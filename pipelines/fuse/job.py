@@ -54,28 +54,23 @@ def understand(request: Request) -> Understood:
 
 
 def act_verify(request: Request, progress: Progress) -> Outcome:
+    from pipelines import pull_request
     from pipelines.fuse import pipeline
-    from pipelines.outcome import gates_table
 
     result = pipeline.run(_spec(request), str(request.checkout.root), 0, progress=progress)
     figures = "\n".join(f"- {key}: `{value}`" for key, value in result.figures.items())
-    body = "\n\n".join(
-        [
-            f"## torch.compile pass for `{request.target}`",
-            "### Verify",
-            gates_table(result.gates),
-            "### Figures",
-            figures or "- (none)",
-            "### Profile",
-            profile_table(result.profile.to_json()),
-        ]
+    parts = pull_request.BodyParts(
+        summary=f"A torch.compile pass for `{request.target}`: its largest unmatched chain of ops, fused.",
+        details="\n\n".join(["### Profile", profile_table(result.profile.to_json())]),
+        testing="\n\n".join(["### Figures", figures or "- (none)"]),
+        reproduce=f"liger-bot fuse {request.target} --repo DIR",
     )
     return Outcome(
         branch=result.branch,
         gates=list(result.gates),
         files=list(result.files),
         pr_title=f"fuse: a torch.compile pass for {request.target}",
-        pr_body=body + "\n",
+        pr=pull_request.for_target(request.checkout, parts),
         ok=not result.failed,
         profile=result.profile.to_json(),
     )

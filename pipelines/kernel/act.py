@@ -12,7 +12,6 @@ from pathlib import Path
 
 from pipelines import render
 from pipelines.changeset import Changeset
-from pipelines.changeset import format_with_target_style
 from pipelines.changeset import generated_changeset
 from pipelines.kernel import exports
 from pipelines.kernel.profile import ELEMENTWISE_BLOCK
@@ -216,10 +215,3 @@ def build_changeset(checkout: Checkout, u: Understanding) -> Changeset:
         raise PipelineError(f"{u.spec.text}: {u.refusal}", hint="the default engine refuses tier-3 ops")
     check_no_clash(checkout, u.spec.name)
     return generated_changeset(render_files(u), edit_existing(checkout, u))
-
-
-def act(checkout: Checkout, u: Understanding) -> Changeset:
-    changeset = build_changeset(checkout, u)
-    changeset.write(checkout.root)
-    format_with_target_style(checkout, changeset.paths)
-    return changeset

@@ -2,7 +2,7 @@
 liger-bot writes the test (the reference it traced, forward and backward) and the same gates judge the draft.
 
 `attempt` is one try: the draft and the bot's test written into the checkout, then checkstyle and the unit tests,
-each a subprocess with the allow-listed environment (`pipelines.commands`: no key, no token). The App runs it in
+each a subprocess with the allow-listed environment (`pipelines.subprocesses`: no key, no token). The App runs it in
 the stage child (pipelines.kernel.job.draft_attempt), one call per draft of the repair loop (pipelines.llm.repair,
 driven by bot.tier3). Only ops without weights are drafted (the test calls `Liger{Name}Function.apply(x)`); the
 module, functional API, exports and benchmark are not written.

@@ -12,11 +12,11 @@ import json
 import sys
 from dataclasses import dataclass
 
-from pipelines.commands import run_command
 from pipelines.kernel.reference import ReferenceCode
 from pipelines.kernel.understand import PROBE_SHAPE
 from pipelines.kernel.verify import cuda_available
 from pipelines.outcome import PipelineError
+from pipelines.subprocesses import run_command
 from pipelines.target import Checkout
 
 CHECK_TIMEOUT_S = 300

@@ -6,6 +6,7 @@ from __future__ import annotations
 import tempfile
 from pathlib import Path
 
+from pipelines import pull_request
 from pipelines.contract import BRANCH_PREFIX
 from pipelines.contract import DRAFT
 from pipelines.contract import TIER3_DRAFTS
@@ -94,8 +95,9 @@ def act_verify(request: Request, progress: Progress) -> Outcome:
         progress=progress,
         force=request.options.get("force") == "yes",
     )
-    title = f"Add {run.profile.module_class_name}: a Triton kernel generated from {request.target}"
-    return run_outcome(run, title, run.branch.removeprefix(f"{BRANCH_PREFIX}kernel-"))
+    return run_outcome(
+        run, pipeline.title(run.profile, request.target), run.branch.removeprefix(f"{BRANCH_PREFIX}kernel-")
+    )
 
 
 def draft_attempt(request: Request, progress: Progress) -> Outcome:
@@ -122,8 +124,14 @@ def draft_attempt(request: Request, progress: Progress) -> Outcome:
             f"liger-bot kernel {request.target} (tier 3; the test is liger-bot's, the ops file the provider's)"
         )
     title = f"Add Liger{pascal(task.name)}Function: a tier-3 kernel drafted for {request.target}"
-    body = ""  # the worker writes it (bot.tier3): it holds the refusal, the drafts and their cost
-    return Outcome(branch, gates, task.paths, title, body, ok)
+    # the worker writes the summary (bot.tier3): it holds the refusal, the drafts and their cost
+    parts = pull_request.BodyParts(
+        summary="",
+        details=profile_table(request.profile or {}),
+        make_targets={"checkstyle": ("checkstyle",)},
+        reproduce=f"/liger kernel {request.target}  # tier 3, with the provider on",
+    )
+    return Outcome(branch, gates, task.paths, title, pull_request.for_target(checkout, parts), ok)
 
 
 def verify_branch(request: Request, progress: Progress) -> list[GateResult]:

@@ -5,6 +5,7 @@ from __future__ import annotations
 from pathlib import Path
 
 from pipelines import pull_request
+from pipelines.changeset import format_with_target_style
 from pipelines.contract import branch_name
 from pipelines.kernel import act as act_mod
 from pipelines.kernel import duplicates
@@ -16,7 +17,7 @@ from pipelines.kernel.understand import Tier
 from pipelines.outcome import GateResult
 from pipelines.outcome import PipelineError
 from pipelines.outcome import PipelineRun
-from pipelines.outcome import gates_table
+from pipelines.outcome import Report
 from pipelines.target import Checkout
 from pipelines.target import open_checkout
 
@@ -54,16 +55,22 @@ def run(
     branch = branch_name("kernel", u.spec.name)
     git.checkout(branch, create_from="HEAD")
     changeset.write(checkout.root)
-    act_mod.format_with_target_style(checkout, changeset.paths)
+    format_with_target_style(checkout, changeset.paths)
     git.commit_all(
         f"Add {profile.module_class_name}: Triton kernel generated from {spec_text}\n\nliger-bot kernel {spec_text}"
     )
     progress(f"wrote {len(changeset.paths)} files on branch {branch}")
     out_dir.mkdir(parents=True, exist_ok=True)
     gates = verify_mod.verify(checkout, u.spec.name, changeset.paths, out_dir)
-    body = pr_body(checkout, profile, gates, out_dir, spec_text, force)
+    parts = pr_parts(checkout, profile, out_dir, spec_text, force)
+    body = pull_request.render(parts, Report(tuple(gates)))
     (out_dir / "pr_body.md").write_text(body)
-    return KernelRun(profile, branch, changeset.paths, gates, body)
+    progress(pull_request.handoff(title(profile, spec_text), branch, out_dir / "pr_body.md"))
+    return KernelRun(profile, branch, changeset.paths, gates, body, parts)
+
+
+def title(profile: profile_mod.KernelProfile, spec_text: str) -> str:
+    return f"Add {profile.module_class_name}: a Triton kernel generated from {spec_text}"
 
 
 def pr_body(
@@ -74,13 +81,24 @@ def pr_body(
     spec_text: str,
     force: bool = False,
 ) -> str:
-    """The PR body, in the target's own PR template where it has one (`pipelines.pull_request`)."""
+    """The rendered body (what `run` writes to pr_body.md)."""
+    return pull_request.render(pr_parts(checkout, profile, out_dir, spec_text, force), Report(tuple(gates)))
+
+
+def pr_parts(
+    checkout: Checkout,
+    profile: profile_mod.KernelProfile,
+    out_dir: Path,
+    spec_text: str,
+    force: bool = False,
+) -> pull_request.BodyParts:
+    """What the PR says, for the target's own PR template where it has one (`pipelines.pull_request`)."""
     summary = (
         f"Adds `{profile.module_class_name}`, a Triton kernel generated from `{profile.source}`: tier {profile.tier} "
         f"({profile.tier_description}), forward and backward lowered from the ATen graph of the reference and of its "
         "autograd backward. Only the inputs are saved; the backward recomputes."
     )
-    testing = ["### Verify", gates_table(gates)]
+    testing = []
     table = out_dir / "benchmark.md"
     if table.exists():
         testing += [f"### Benchmark\n{table.read_text()}"]
@@ -91,8 +109,7 @@ def pr_body(
         summary=summary,
         details=details,
         testing="\n\n".join(testing),
-        gates=tuple(gates),
         make_targets={"checkstyle": ("checkstyle",)},
         reproduce=f"liger-bot kernel {spec_text} --repo DIR --name {profile.operation_name}" + " --force" * force,
     )
-    return pull_request.body(checkout, parts, pull_request.versions())
+    return pull_request.for_target(checkout, parts)

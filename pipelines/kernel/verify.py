@@ -13,10 +13,10 @@ import sys
 from pathlib import Path
 
 from pipelines.changeset import checkstyle_gate
-from pipelines.commands import run_command
 from pipelines.kernel.act import KernelFiles
 from pipelines.outcome import GateResult
 from pipelines.outcome import GateStatus
+from pipelines.subprocesses import run_command
 from pipelines.target import Checkout
 
 

@@ -59,7 +59,7 @@ def act_verify(request: Request, progress: Progress) -> Outcome:
         gates=list(run.gates),
         files=run.to_json()["files"],
         pr_title=f"perf({request.target}): {run.profile.target_pass} faster ({run.best})",
-        pr_body=run.pr_body,
+        pr=run.pr,
         ok=not run.failed,
         profile=run.profile.to_json(),
     )

@@ -21,13 +21,14 @@ from dataclasses import field
 from dataclasses import replace
 from pathlib import Path
 
+from pipelines import pull_request
 from pipelines.changeset import checkstyle_gate
 from pipelines.changeset import ruff_argv
-from pipelines.commands import run_command
 from pipelines.contract import branch_name
 from pipelines.outcome import GateResult
 from pipelines.outcome import GateStatus
 from pipelines.outcome import PipelineError
+from pipelines.outcome import Report
 from pipelines.outcome import hard_failure
 from pipelines.perf import catalogue
 from pipelines.perf import report
@@ -37,6 +38,8 @@ from pipelines.perf.profile import Size
 from pipelines.perf.profile import applicability
 from pipelines.perf.profile import benchmark_sizes
 from pipelines.perf.source import read_kernel
+from pipelines.pull_request import BodyParts
+from pipelines.subprocesses import run_command
 from pipelines.target import Checkout
 from pipelines.target import open_checkout
 
@@ -108,6 +111,7 @@ class PerfRun:
     out_dir: Path
     seconds: float
     not_judged: tuple = ()  # (pass, size, why): measured and shown, never the basis of a rejection
+    pr: BodyParts | None = None  # what pr_body was rendered from (the App renders it again, with its notes)
 
     @property
     def failed(self) -> bool:
@@ -588,9 +592,12 @@ def run(kernel: str, repo: str | Path, options: Options | None = None, out_dir=N
         gates = finalise(loop, branch)
         if hard_failure(gates):
             branch = ""
-    body = report.pr_body(loop, stop, gates)
+    parts = pull_request.for_target(checkout, report.pr_parts(loop, stop))
+    body = pull_request.render(parts, Report(tuple(gates)))
     (out_dir / "pr_body.md").write_text(body)
-    result = PerfRun(profile, loop.records, loop.state.best, stop, branch, gates, body, out_dir, 0.0, rules.not_judged)
+    result = PerfRun(
+        profile, loop.records, loop.state.best, stop, branch, gates, body, out_dir, 0.0, rules.not_judged, parts
+    )
     result.seconds = time.perf_counter() - started
     (out_dir / "run.json").write_text(json.dumps(result.to_json(), indent=1))
     return result

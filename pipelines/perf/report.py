@@ -6,8 +6,10 @@ import csv
 import io
 import math
 
-from pipelines.outcome import gates_table
+from pipelines.outcome import Report
 from pipelines.perf import rules as rules_mod
+from pipelines.pull_request import BodyParts
+from pipelines.pull_request import render
 
 PASSES = ("forward", "backward", "full")
 
@@ -199,23 +201,32 @@ def commit_message(loop) -> str:
     )
 
 
-def pr_body(loop, stop: str, gates) -> str:
+def pr_parts(loop, stop: str) -> BodyParts:
+    """What the PR says: the winner and its before / after, the variants log and the profile (the gates come from
+    the run's Report, in Testing Done)."""
     name, best = loop.profile.source.name, loop.state.best
-    parts = [f"## perf: `{name}` ({loop.rules.target_pass} pass)", ""]
+    summary = []
     if dry_run(loop.out_dir):
-        parts += [f"> {DRY_RUN}", ""]
+        summary += [f"> {DRY_RUN}", ""]
     if best == "v0":
-        parts += [f"No variant beat the kernel as it is ({stop}); nothing to change.", ""]
+        summary += [f"No variant beat the kernel as it is ({stop}); nothing to change.", ""]
     else:
         record = next(r for r in loop.records if r.name == best)
-        parts += [f"Winner **{best}: {record.title}** (built on {record.based_on}). Stopped: {stop}.", ""]
-        parts += ["Only `" + str(loop.profile.source.files.ops) + "` changes.", ""]
-    parts += ["### Before / after", "", before_after(loop) if best != "v0" else _baseline_table(loop)]
-    if gates:
-        parts += ["### Verify", "", gates_table(gates), ""]
-    parts += ["<details><summary>Variants</summary>", "", comparison(loop), "", "</details>", ""]
-    parts += ["<details><summary>Profile</summary>", "", loop.profile.to_markdown(), "", "</details>", ""]
-    return "\n".join(parts)
+        summary += [f"Winner **{best}: {record.title}** (built on {record.based_on}). Stopped: {stop}.", ""]
+        summary += ["Only `" + str(loop.profile.source.files.ops) + "` changes.", ""]
+    summary += ["### Before / after", "", before_after(loop) if best != "v0" else _baseline_table(loop)]
+    details = ["<details><summary>Variants</summary>", "", comparison(loop), "", "</details>", ""]
+    details += ["<details><summary>Profile</summary>", "", loop.profile.to_markdown(), "", "</details>", ""]
+    return BodyParts(
+        summary="\n".join(summary),
+        details="\n".join(details),
+        reproduce=f"liger-bot perf {name} --pass {loop.rules.target_pass} --repo DIR",
+    )
+
+
+def pr_body(loop, stop: str, gates) -> str:
+    """The body rendered from `pr_parts` and the gates (no template: the run's own body file uses for_target)."""
+    return render(pr_parts(loop, stop), Report(tuple(gates)))
 
 
 def _baseline_table(loop) -> str:

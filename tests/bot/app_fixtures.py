@@ -17,13 +17,13 @@ import requests
 from bot.app import create_app
 from bot.config import AppConfig
 from bot.forge.base import Permission
+from bot.gitops import GitWorkspace
 from bot.jobs import Store
 from bot.queue import make_queue
 from bot.runtime import Runtime
 from bot.server import make_server
 from bot.server import shutdown
 from bot.webhook import signature
-from bot.worker import GitWorkspace
 from bot.worker import Worker
 from pipelines.autopatch.job import autopatch_pipeline
 from tests.bot import small_pipeline

@@ -2,8 +2,8 @@
 
 `understand` returns a real `Profile` (12 settled decisions; the model `reviewme` leaves one for review); the
 models `notalm` and `*bert*` are refused like non-causal-LMs. `run_pipeline` really edits the checkout, commits on
-the branch `liger-bot/autopatch-<model_type>`, reports gates through `progress` and puts their table in the PR
-body, as the real pipeline does. While the file named by BLOCK_FILE exists it waits, so a test can kill the worker
+the branch `liger-bot/autopatch-<model_type>`, reports gates through `progress` and returns the PR's parts (its
+profile table), as the real pipeline does. While the file named by BLOCK_FILE exists it waits, so a test can kill the worker
 in the middle of a stage.
 """
 
@@ -13,6 +13,8 @@ import os
 import time
 from types import SimpleNamespace
 
+from pipelines import pull_request
+from pipelines.autopatch.job import profile_table
 from pipelines.autopatch.profile import DECISION_KEYS
 from pipelines.autopatch.profile import Decision
 from pipelines.autopatch.profile import Identity
@@ -22,7 +24,6 @@ from pipelines.autopatch.profile import Status
 from pipelines.outcome import GateResult
 from pipelines.outcome import GateStatus
 from pipelines.outcome import PipelineError
-from pipelines.outcome import gates_table
 from tests.pipelines.autopatch.hand_profiles import DENSE
 
 # a dense Llama-like profile whose norms must not write in place (a reviewer's override)
@@ -80,5 +81,5 @@ def run_pipeline(checkout, profile: Profile, progress):
         gates=gates,
         files=[str(target.relative_to(checkout.root))],
         pr_title=f"Add Liger support for {profile.identity.display_name}",
-        pr_body=f"Patch for `{profile.model_type}`.\n\n### Verify\n{gates_table(gates)}\n",
+        pr=pull_request.BodyParts(f"Patch for `{profile.model_type}`.", profile_table(profile.to_json())),
     )

@@ -17,6 +17,7 @@ from pipelines.contract import Understood
 from pipelines.outcome import GateResult
 from pipelines.outcome import GateStatus
 from pipelines.outcome import PipelineError
+from pipelines.pull_request import BodyParts
 
 
 def _seen() -> dict:
@@ -37,7 +38,7 @@ def _act_verify(request, progress) -> Outcome:
     progress("act: line one\nline two")
     progress(GateResult("probe gate", GateStatus.SKIP, "needs GPU runner", hard=False))
     gates = [GateResult("probe gate", GateStatus.SKIP, "needs GPU runner", hard=False)]
-    return Outcome("liger-bot/probe", gates, ["a.py"], "title", "body", True, _seen(), "probe")
+    return Outcome("liger-bot/probe", gates, ["a.py"], "title", BodyParts("body"), True, _seen(), "probe")
 
 
 def _understand(request) -> Understood:

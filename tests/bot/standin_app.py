@@ -18,12 +18,12 @@ import pytest
 
 from bot.app import create_app
 from bot.forge.base import RepoRef
+from bot.gitops import GitWorkspace
 from bot.jobs import Store
 from bot.queue import make_queue
 from bot.runtime import Runtime
 from bot.server import make_server
 from bot.server import shutdown
-from bot.worker import GitWorkspace
 from bot.worker import Worker
 from tests.bot.app_fixtures import Server
 from tests.bot.app_fixtures import app_config

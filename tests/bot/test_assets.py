@@ -101,6 +101,15 @@ def kernel_out_dir(out_dir: Path, plot: bytes | None) -> Path:
     return out_dir
 
 
+def kernel_parts(out_dir: Path):
+    """The kernel pipeline's PR parts for the out dir `kernel_out_dir` left (what its row returns to the job)."""
+    from pipelines.kernel.pipeline import pr_parts
+    from pipelines.kernel.profile import KernelProfile
+    from pipelines.target import Checkout
+
+    return pr_parts(Checkout(out_dir.parent), KernelProfile(**PROFILE), out_dir, "relu2")
+
+
 def image_links(body: str) -> list[str]:
     return [line.split("](", 1)[1].rstrip(")") for line in body.splitlines() if line.startswith("![")]
 
@@ -222,9 +231,9 @@ def small_kernel(plot: bytes | None) -> Pipeline:
         git.checkout(BRANCH, create_from="HEAD")
         request.checkout.path("src/liger_kernel/ops/relu2.py").write_text('"""LigerReLU2."""\n')
         git.commit_all("Add LigerReLU2")
-        body = (kernel_out_dir(request.out_dir, plot) / "pr_body.md").read_text()
+        parts = kernel_parts(kernel_out_dir(request.out_dir, plot))
         files = ["src/liger_kernel/ops/relu2.py"]
-        return Outcome(BRANCH, GATES, files, "Add LigerReLU2", body, True, PROFILE, verify_target="relu2")
+        return Outcome(BRANCH, GATES, files, "Add LigerReLU2", parts, True, PROFILE, verify_target="relu2")
 
     return Pipeline(understand, act_verify, kernel_profile_table)
 

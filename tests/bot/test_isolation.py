@@ -17,12 +17,12 @@ from bot.forge import redact
 from bot.isolation import StageCrashed
 from bot.isolation import isolated
 from bot.jobs import JobState
-from pipelines.commands import allowed_env
-from pipelines.commands import run_command
 from pipelines.contract import Request
 from pipelines.outcome import GateResult
 from pipelines.outcome import GateStatus
 from pipelines.outcome import PipelineError
+from pipelines.subprocesses import allowed_env
+from pipelines.subprocesses import run_command
 from pipelines.target import Checkout
 from tests.bot.app_fixtures import comment_payload
 from tests.bot.stage_probe import PROBE

@@ -7,8 +7,8 @@ from bot.config import hide_secrets_from_children
 from bot.config import load_config
 from bot.config import parse_repo_config
 from bot.forge import redact
-from pipelines.commands import allowed_env
 from pipelines.llm.settings import Caps
+from pipelines.subprocesses import allowed_env
 
 KEY = "sk-ant-api03-standin-key-0123456789"
 

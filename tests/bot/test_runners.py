@@ -9,13 +9,11 @@ import pytest
 from bot.gitops import push_branch
 from bot.runners import ActionsRunner
 from bot.runners import Dispatched
-from bot.runners import LocalRunner
 from bot.runners import VerifyReport
 from bot.runners import VerifyRequest
 from bot.runners import WorkflowKind
 from bot.runners import classify_workflow_run
 from bot.runners import dispatch_profile
-from bot.runners import make_runner
 from pipelines.outcome import GateResult
 from pipelines.outcome import GateStatus
 from pipelines.outcome import PipelineError
@@ -25,14 +23,6 @@ from tests.bot.standin_fixtures import STANDIN_REPO
 
 REQUEST = VerifyRequest(STANDIN_REPO, BRANCH, "autopatch", "nemotron", "job-7")
 GATES = (GateResult("import", GateStatus.PASS), GateResult("convergence (GPU)", GateStatus.FAIL, "loss diverged"))
-
-
-def test_local_runner_runs_the_gates_in_process():
-    seen = []
-    runner = LocalRunner(lambda request: seen.append(request) or list(GATES))
-    report = runner.start(REQUEST)
-    assert seen == [REQUEST]
-    assert report.gates == GATES and not report.passed
 
 
 def test_report_json_round_trip_and_malformed_reports():
@@ -92,13 +82,6 @@ def test_workflow_run_events_are_classified_by_path_and_branch():
     assert classify_workflow_run(event(".github/workflows/liger-bot-verify.yml", "main")) is None
     assert classify_workflow_run(event(".github/workflows/ci.yml")) is None
     assert classify_workflow_run(event(".github/workflows/liger-bot-verify.yml", action="requested")) is None
-
-
-def test_make_runner_from_config(github_forge):
-    assert isinstance(make_runner("local", github_forge, lambda r: []), LocalRunner)
-    assert isinstance(make_runner("actions", github_forge, lambda r: []), ActionsRunner)
-    with pytest.raises(PipelineError):
-        make_runner("kubernetes", github_forge, lambda r: [])
 
 
 def test_the_dispatch_carries_the_applied_profile_without_its_evidence(bot_checkout, github_forge, github_standin):

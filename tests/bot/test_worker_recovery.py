@@ -15,11 +15,11 @@ from pathlib import Path
 import pytest
 
 from bot.forge.base import Permission
+from bot.gitops import GitWorkspace
 from bot.jobs import JobState
 from bot.jobs import Store
 from bot.queue import make_queue
 from bot.runtime import Runtime
-from bot.worker import GitWorkspace
 from tests.bot.app_fixtures import MAINTAINER
 from tests.bot.app_fixtures import App
 from tests.bot.app_fixtures import app_config

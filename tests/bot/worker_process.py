@@ -10,10 +10,10 @@ import logging
 import sys
 from pathlib import Path
 
+from bot.gitops import GitWorkspace
 from bot.jobs import Store
 from bot.queue import make_queue
 from bot.runtime import Runtime
-from bot.worker import GitWorkspace
 from bot.worker import Worker
 from pipelines.autopatch.job import autopatch_pipeline
 from tests.bot import small_pipeline

@@ -8,7 +8,7 @@ from pathlib import Path
 from pipelines import pull_request
 from pipelines.outcome import GateResult
 from pipelines.outcome import GateStatus
-from pipelines.outcome import gates_table
+from pipelines.outcome import Report
 
 GOLDEN = Path(__file__).parent / "golden" / "pr_body_liger_template.md"
 HOST = "CPU only (TRITON_INTERPRET=1; the GPU gates SKIP and say so)"
@@ -20,19 +20,21 @@ GATES = (
 )
 
 
-def parts(gates=GATES) -> pull_request.BodyParts:
+def parts() -> pull_request.BodyParts:
     return pull_request.BodyParts(
         summary="Adds `apply_liger_kernel_to_olmo`.\n\n- `src/liger_kernel/transformers/model/olmo.py`",
         details="### Profile\n\n| Decision | Value |\n|---|---|\n| rope | `'standard'` |",
-        testing="### Verify\n\n" + gates_table(list(gates)),
-        gates=gates,
         make_targets={"checkstyle": ("Checkstyle",), "test-convergence": ("Convergence fp32 FLCE",)},
         reproduce="liger-bot autopatch olmo --repo DIR",
     )
 
 
+def rendered(checkout, gates=GATES) -> str:
+    return pull_request.body(checkout, parts(), Report(tuple(gates)), VERSIONS, HOST)
+
+
 def test_liger_s_template_is_filled_in_its_order_and_matches_the_golden_file(liger_checkout):
-    body = pull_request.body(liger_checkout, parts(), VERSIONS, HOST)
+    body = rendered(liger_checkout)
     assert body == GOLDEN.read_text()  # regenerate by writing `body` there and reading the diff
     assert "<!--" not in body and "<BLANK>" not in body  # the template's instructions to a person are gone
     order = [body.index(h) for h in ("## Summary", "## Details", "## Testing Done", "Versions", "Reproduce")]
@@ -40,17 +42,17 @@ def test_liger_s_template_is_filled_in_its_order_and_matches_the_golden_file(lig
 
 
 def test_a_box_is_ticked_only_when_every_gate_standing_for_it_passed(liger_checkout):
-    body = pull_request.body(liger_checkout, parts(), VERSIONS, HOST)
+    body = rendered(liger_checkout)
     assert "- [x] run `make checkstyle`" in body
     assert "- [ ] run `make test-convergence`" in body  # the GPU gate skipped on this host
     assert "- [ ] run `make test` to ensure correctness (not run by liger-bot)" in body
     passed = (*GATES[:2], GateResult("Convergence fp32 FLCE", GateStatus.PASS, "4 passed"))
-    assert "- [x] run `make test-convergence`" in pull_request.body(liger_checkout, parts(passed), VERSIONS, HOST)
+    assert "- [x] run `make test-convergence`" in rendered(liger_checkout, passed)
 
 
 def test_without_a_template_the_same_sections_follow_one_another(liger_checkout):
     liger_checkout.path(pull_request.TEMPLATE).unlink()
-    body = pull_request.body(liger_checkout, parts(), VERSIONS, HOST)
+    body = rendered(liger_checkout)
     assert body.startswith("## Summary\n\nAdds `apply_liger_kernel_to_olmo`.")
     assert "## Details" in body and "## Testing Done" in body and "| target | liger_kernel 0.8.5 |" in body
 

@@ -145,15 +145,6 @@ def index_add_div_replacement(values, lengths, *, pool):
     return pool(values, offsets_from_lengths(lengths))
 
 
-def scatter_add_div_pattern(values, lengths):
-    segments = torch.repeat_interleave(torch.arange(lengths.shape[0]), lengths, output_size=values.shape[0])
-    index = segments.unsqueeze(1).expand(-1, values.shape[1])
-    sums = torch.zeros(lengths.shape[0], values.shape[1]).scatter_add(0, index, values)
-    return sums / lengths.clamp(min=1).unsqueeze(1)
-
-
-scatter_add_div_replacement = index_add_div_replacement
-
 _COUNT_CHAIN = {"methods": ("clamp", "clamp_min", "float", "to", "unsqueeze", "view", "reshape", "type_as")}
 _COUNT_CHAIN["functions"] = (torch.clamp, torch.clamp_min, torch.unsqueeze)
 _INDEX_CHAIN = {"methods": ("unsqueeze", "expand", "expand_as", "view", "reshape"), "functions": (torch.unsqueeze,)}

@@ -18,6 +18,7 @@ from pipelines.contract import field_table
 from pipelines.outcome import GateResult
 from pipelines.outcome import GateStatus
 from pipelines.outcome import hard_failure
+from pipelines.pull_request import BodyParts
 
 LOCATION = "tests.pipelines.toy.job:PIPELINE"  # the registry line's value
 USAGE = Usage("NAME", "write `toy/NAME.txt` (a test's pipeline) and open a draft PR", target="kernel name")
@@ -59,7 +60,10 @@ def act_verify(request: Request, progress: Progress) -> Outcome:
         gates=gates,
         files=[relative],
         pr_title=f"toy: {request.target}",
-        pr_body=f"A toy file for `{request.target}`.",
+        pr=BodyParts(
+            f"A toy file for `{request.target}`.",
+            reproduce=f"liger-bot verify --pipeline toy --target {request.target}",
+        ),
         ok=not hard_failure(gates),
         profile=request.profile or understand(request).profile,
         verify_target=request.target,

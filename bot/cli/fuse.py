@@ -3,8 +3,13 @@
 from __future__ import annotations
 
 import json
+from pathlib import Path
 
+from pipelines import pull_request
+from pipelines import target
+from pipelines.fuse import job
 from pipelines.outcome import ExitStatus
+from pipelines.outcome import Report
 from pipelines.outcome import gates_table
 
 
@@ -17,12 +22,23 @@ def register(subparsers) -> None:
     parser.set_defaults(handler=fuse_command)
 
 
+def write_pr_body(spec: str, repo: str, result) -> Path:
+    """The body the App would open the PR with, beside the checkout (never inside it: the checkout stays clean)."""
+    checkout = target.open_checkout(repo)
+    report = Report(tuple(result.gates))
+    body_file = checkout.beside(f"{result.branch.rpartition('/')[2]}.md")
+    body_file.parent.mkdir(parents=True, exist_ok=True)
+    body_file.write_text(pull_request.body(checkout, job.pr_parts(spec, result), report))
+    return body_file
+
+
 def fuse_command(args, ui) -> ExitStatus:
     from pipelines.fuse import pipeline  # imports torch: not needed for --help
 
     result = pipeline.run(args.spec, args.repo, args.chain, progress=ui.progress)
+    body_file = write_pr_body(args.spec, args.repo, result) if result.branch else None
     if args.json:
-        ui.result(json.dumps(result.to_json(), indent=2))
+        ui.result(json.dumps(result.to_json() | {"pr_body_file": str(body_file) if body_file else None}, indent=2))
         return ExitStatus.GATE_FAILED if result.failed else ExitStatus.OK
     lines = [
         f"matched: {m.pattern} at {m.where} -> {m.kernel or 'left alone: ' + m.reason}" for m in result.profile.matches
@@ -33,5 +49,6 @@ def fuse_command(args, ui) -> ExitStatus:
     ]
     if result.branch:
         lines += [f"branch {result.branch}: {', '.join(result.files)}", gates_table(result.gates)]
+        lines += [f"PR body: {body_file}", pull_request.handoff(job.pr_title(args.spec), result.branch, body_file)]
     ui.result("\n".join(lines) or "nothing to fuse")
     return ExitStatus.GATE_FAILED if result.failed else ExitStatus.OK

@@ -33,6 +33,23 @@ def profile_table(profile: dict) -> str:
     return "\n".join(rows)
 
 
+def pr_title(target: str) -> str:
+    return f"fuse: a torch.compile pass for {target}"
+
+
+def pr_parts(target: str, result):
+    """What the PR says (the App's and the CLI's body alike): the profile, the figures, the command."""
+    from pipelines import pull_request
+
+    figures = "\n".join(f"- {key}: `{value}`" for key, value in result.figures.items())
+    return pull_request.BodyParts(
+        summary=f"A torch.compile pass for `{target}`: its largest unmatched chain of ops, fused.",
+        details="\n\n".join(["### Profile", profile_table(result.profile.to_json())]),
+        testing="\n\n".join(["### Figures", figures or "- (none)"]),
+        reproduce=f"liger-bot fuse {target} --repo DIR",
+    )
+
+
 def _spec(request: Request) -> str:
     """The absolute spec the fuse pipeline loads (it resolves paths against the process's directory)."""
     file = file_in_checkout(request.checkout, request.target)
@@ -58,19 +75,12 @@ def act_verify(request: Request, progress: Progress) -> Outcome:
     from pipelines.fuse import pipeline
 
     result = pipeline.run(_spec(request), str(request.checkout.root), 0, progress=progress)
-    figures = "\n".join(f"- {key}: `{value}`" for key, value in result.figures.items())
-    parts = pull_request.BodyParts(
-        summary=f"A torch.compile pass for `{request.target}`: its largest unmatched chain of ops, fused.",
-        details="\n\n".join(["### Profile", profile_table(result.profile.to_json())]),
-        testing="\n\n".join(["### Figures", figures or "- (none)"]),
-        reproduce=f"liger-bot fuse {request.target} --repo DIR",
-    )
     return Outcome(
         branch=result.branch,
         gates=list(result.gates),
         files=list(result.files),
-        pr_title=f"fuse: a torch.compile pass for {request.target}",
-        pr=pull_request.for_target(request.checkout, parts),
+        pr_title=pr_title(request.target),
+        pr=pull_request.for_target(request.checkout, pr_parts(request.target, result)),
         ok=not result.failed,
         profile=result.profile.to_json(),
     )

@@ -4,6 +4,7 @@ import io
 import json
 import os
 import subprocess
+from pathlib import Path
 
 import pytest
 
@@ -39,6 +40,12 @@ def test_fuse_writes_a_verified_pass_on_a_branch(tmp_path, liger_checkout):
     assert "def fused_mul_add_tanh_pattern(x, e0):" in written and "def register(registry):" in written
     assert "pipelines" not in written
     assert liger_checkout.git.current_branch() == result["branch"] and not liger_checkout.git.dirty_paths()
+    # the body the App would open the PR with, beside the checkout (as every pipeline's CLI run leaves it)
+    body_file = Path(result["pr_body_file"])
+    assert body_file.parent == liger_checkout.beside("") and body_file.name == "fuse-fused-mul-add-tanh.md"
+    body = body_file.read_text()
+    assert "A torch.compile pass for" in body and "| numerics vs eager | PASS |" in body
+    assert "liger-bot fuse" in body and not body.startswith("# fuse:")  # the title is the PR's, not the body's
 
 
 def test_fuse_refuses_a_malformed_spec(liger_checkout):

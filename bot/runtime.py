@@ -117,6 +117,12 @@ class Context:
         raise KeyError("this event has no issue or pull request")
 
     def repo_config(self) -> RepoConfig:
+        """Read from the default branch once per delivery (probot's context.config): the handlers of one event
+        see one file, and a second read costs no second pair of API calls."""
+        return self._repo_config
+
+    @cached_property
+    def _repo_config(self) -> RepoConfig:
         return self.runtime.repo_config(self.repo, self.installation_id)
 
     def reply(self, body: str, key: str) -> int:

@@ -109,3 +109,21 @@ def test_a_hostile_repo_config_never_raises_defaults_and_one_problem(text, probl
     config = parse_repo_config(text)
     assert config.autonomous is False and config.prs_per_hour == 2 and config.runner == "local"
     assert any(problem in p for p in config.problems), config.problems
+
+
+def test_a_delivery_reads_the_repo_config_once():
+    from bot.runtime import Context
+
+    class CountingRuntime:
+        reads = 0
+
+        def repo_config(self, repo, installation_id):
+            self.reads += 1
+            return parse_repo_config("autonomous: true\n")
+
+    runtime = CountingRuntime()
+    payload = {"repository": {"owner": {"login": "o"}, "name": "r"}, "installation": {"id": 7}}
+    ctx = Context("issue_comment", "created", payload, "d-1", runtime)
+    assert ctx.repo_config() is ctx.repo_config() and ctx.repo_config().autonomous
+    assert runtime.reads == 1
+    assert Context("issue_comment", "created", payload, "d-2", runtime).repo_config() and runtime.reads == 2

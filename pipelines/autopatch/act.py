@@ -24,6 +24,7 @@ from pipelines import render
 from pipelines.autopatch import edits
 from pipelines.autopatch.profile import Profile
 from pipelines.autopatch.profile import Status
+from pipelines.autopatch.resolve import mappings
 from pipelines.changeset import Changeset
 from pipelines.changeset import FileChange
 from pipelines.changeset import edit_file
@@ -841,6 +842,8 @@ MINI_TEST_CONFIG = (
     ("topk_group", "1"),
     ("vocab_size", "1024"),
     ("pad_token_id", "0"),  # some defaults (GLM-4: 151329) point outside the tiny vocabulary
+    ("num_heads", "8"),  # Mamba-2's SSM heads: hidden_size * expand == num_heads * head_dim
+    ("decoder_attention_heads", "4"),  # Whisper / TrOCR decoders
 )
 ROUTED_EXPERT_FIELDS = ("moe_num_experts", "n_routed_experts", "num_experts", "num_local_experts")
 ROUTER_TOP_K_FIELDS = ("moe_k", "moe_topk", "num_experts_per_tok", "num_experts_per_token")
@@ -859,6 +862,8 @@ MINI_CONVERGENCE_CONFIG = (
     ("num_hidden_layers", "4"),
     ("num_key_value_heads", "2"),
     ("head_dim", "128"),
+    ("num_heads", "16"),  # Mamba-2's SSM heads: hidden_size * expand == num_heads * head_dim
+    ("decoder_attention_heads", "8"),  # Whisper / TrOCR decoders
     # A router with as many experts as it picks per token (2 of 2): in fp32, Liger's fused MoE runs its dots in TF32,
     # and with a sparse router that rounding flips a token's expert choice between the HF and Liger runs, after which
     # its logprobs differ by up to 1.3 (H200: 5 of 12 MoE entries failed at 2 of 8 experts, 12 of 12 passed at 2 of
@@ -884,8 +889,14 @@ MINI_EXPERT_WIDTH = dict(MINI_CONVERGENCE_CONFIG)["moe_intermediate_size"]  # ex
 
 def mini_config(plan: Plan, candidates: tuple[tuple[str, str], ...]) -> list[tuple[str, str]]:
     """The candidate fields this model's config class actually has (v5 configs accept unknown keys silently)."""
-    defaults = config_class(plan)()
-    return [(name, value) for name, value in candidates if has_field(defaults, name)]
+    from pipelines.autopatch import probes
+
+    cls = config_class(plan)
+    defaults, chosen = cls(), {}
+    for name, value in candidates:
+        if has_field(defaults, name) and not probes._aliased(cls, name, chosen):  # GPT-Neo: num_heads is heads
+            chosen[name] = value
+    return list(chosen.items())
 
 
 # Config fields that make a training step random (dropout, router jitter, input noise): the convergence test compares
@@ -923,7 +934,17 @@ def convergence_config(plan: Plan) -> list[tuple[str, str]]:
         if n not in unbuildable and probes._settable(cls, n)  # Falcon's head_dim is a read-only property
     ]
     fields += stochastic_fields_off(cls(), {name for name, _ in fields})
-    return sorted(runnable_convergence_fields(plan, expert_width_fields(plan, fields)))
+    fields = with_repairs(cls, expert_width_fields(plan, fields))
+    return sorted(runnable_convergence_fields(plan, fields))
+
+
+def with_repairs(cls, fields: list[tuple[str, str]]) -> list[tuple[str, str]]:
+    """`fields` and the checkpoint fields the probes' tiny model needed (DBRX's attn_config.rope_theta, LFM2-MoE's
+    layer_types for this config's layer count), written as literals."""
+    from pipelines.autopatch import probes
+
+    values = {n: ast.literal_eval(v) for n, v in fields}
+    return fields + [(n, repr(v)) for n, v in probes.repairs(cls, values).items() if n not in values]
 
 
 def expert_width_fields(plan: Plan, fields: list[tuple[str, str]]) -> list[tuple[str, str]]:
@@ -1020,15 +1041,15 @@ def buildable_test_config(plan: Plan) -> list[tuple[str, str]]:
     fields = [(n, v) for n, v in fields if n not in unbuildable]
 
     def constructs(chosen) -> bool:
-        return probes._constructs(cls, {n: ast.literal_eval(v) for n, v in chosen}) is None
+        return probes._constructs(cls, {n: ast.literal_eval(v) for n, v in with_repairs(cls, chosen)}) is None
 
     if constructs(fields):
-        return fields
+        return with_repairs(cls, fields)
     for name, _ in fields:
         fewer = [(n, v) for n, v in fields if n != name]
         if constructs(fewer):
-            return fewer
-    return fields
+            return with_repairs(cls, fewer)
+    return with_repairs(cls, fields)
 
 
 def render_instance_test(plan: Plan) -> str:
@@ -1050,10 +1071,17 @@ def render_instance_test(plan: Plan) -> str:
         "autopatch/instance_patch_test.py.j2",
         **plan.context(),
         test_config=buildable_test_config(plan),
+        auto_mapped=auto_mapped(plan.profile.identity.config_class),
         model_checks=model_checks,
         layer_checks=layer_checks,
         extra_imports=[plan.mlp.test_import] if plan.mlp and plan.mlp.test_import else [],
     )
+
+
+def auto_mapped(config_class: str) -> bool:
+    """Whether AutoModelForCausalLM builds from this config class (Emu3TextConfig: in no causal LM mapping)."""
+    maps = mappings()
+    return any(maps.configs.get(model_type) == config_class for model_type in maps.causal)
 
 
 def _check(before: str, after: str) -> dict:
@@ -1129,8 +1157,10 @@ def edit_monkey_patch(source: str, plan: Plan) -> str:
     source = edits.insert_top_level(
         source, lambda n: edits.defined_name(n, "apply_liger_kernel_to_"), _apply_fn(plan), function
     )
-    registry = edits.find_assignment(ast.parse(source), "MODEL_TYPE_TO_APPLY_LIGER_FN").value
-    return edits.insert_element(source, registry.keys, edits.string_value, x, f'"{x}": {_apply_fn(plan)}')
+    for key in plan.profile.registry_keys:  # every config.model_type this class reports (dots3_note, _text)
+        registry = edits.find_assignment(ast.parse(source), "MODEL_TYPE_TO_APPLY_LIGER_FN").value
+        source = edits.insert_element(source, registry.keys, edits.string_value, key, f'"{key}": {_apply_fn(plan)}')
+    return source
 
 
 def _apply_fn_string(node: ast.expr) -> str | None:

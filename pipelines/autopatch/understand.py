@@ -15,6 +15,7 @@ import importlib
 import re
 from dataclasses import dataclass
 from dataclasses import field
+from dataclasses import replace
 from pathlib import Path
 
 from pipelines.autopatch import probes
@@ -25,7 +26,9 @@ from pipelines.autopatch.profile import Method
 from pipelines.autopatch.profile import Profile
 from pipelines.autopatch.profile import Status
 from pipelines.autopatch.resolve import ModelRef
+from pipelines.autopatch.resolve import liger_name
 from pipelines.autopatch.resolve import mappings
+from pipelines.autopatch.resolve import module_name
 from pipelines.autopatch.resolve import resolve
 from pipelines.autopatch.source import SourceFile
 from pipelines.autopatch.source import called_names
@@ -1118,16 +1121,53 @@ def build_tiny(ref: ModelRef, module, config_class, facts: Facts) -> probes.Tiny
             why = f"transformers' own default {config_class.__name__}() cannot build {facts.base_class} either"
         else:
             why = f"{facts.base_class} cannot be built and run at any CPU-sized config (its default config builds)"
+        siblings = [m for m, c in mappings().causal.items() if c == ref.causal_lm_class and m != ref.model_type]
+        if multimodal:
+            why += (
+                f"; it is an image-text model_type whose {ref.causal_lm_class} is also {', '.join(siblings)}'s"
+                if siblings
+                else "; it is an image-text model whose text part has no model_type of its own"
+            )
         raise PipelineError(
-            f"{ref.model_type}: the probes' tiny model fails ({what}); {why}"
-            + ("; it is an image-text model whose text part has no model_type of its own" if multimodal else ""),
+            f"{ref.model_type}: the probes' tiny model fails ({what}); {why}",
             hint="nothing can be proven about this model on the CPU; patch it by hand or fix the modeling code",
         ) from None
+
+
+def own_config_class(src: SourceFile, ref: ModelRef) -> str:
+    """The config class the CausalLM is built with: its `config: X` annotation (Emu3ForCausalLM takes
+    Emu3TextConfig, not the image-text Emu3Config that transformers maps emu3 to), else the mapped one."""
+    for owner in src.lineage(ref.causal_lm_class):
+        for node in src.classes[owner].body if owner in src.classes else []:
+            target = getattr(node, "target", None)
+            if isinstance(node, ast.AnnAssign) and getattr(target, "id", None) == "config":
+                annotation = node.annotation
+                is_text = isinstance(annotation, ast.Constant) and isinstance(annotation.value, str)
+                name = annotation.value if is_text else dotted_name(annotation)
+                if re.fullmatch(r"[A-Za-z_][A-Za-z0-9_]*Config", name) and configuration_path(ref.module_name, name):
+                    return name
+    return ref.config_class
+
+
+def registry_keys(ref: ModelRef, config_src: SourceFile | None) -> tuple[str, ...]:
+    """Every `config.model_type` a model of this CausalLM class reports, so Liger's registry finds it: the model
+    types transformers maps to the class (dots3_note and dots3_note_text), and its config class's own model_type
+    (Emu3TextConfig: emu3_text_model), as Liger registers mllama_text_model beside mllama."""
+    maps = mappings()
+    keys = [ref.model_type]
+    keys += [m for m, cls in maps.causal.items() if cls == ref.causal_lm_class and module_name(m) == ref.module_name]
+    node = config_src.class_attribute(ref.config_class, "model_type") if config_src else None
+    if node is not None and isinstance(node.value, ast.Constant) and isinstance(node.value.value, str):
+        keys.append(node.value.value)
+    return tuple(dict.fromkeys(k for k in keys if k))
 
 
 def understand(name: str) -> Profile:
     ref = resolve(name)
     facts = read_facts(ref)
+    own = own_config_class(facts.src, ref)
+    if own != ref.config_class:
+        ref = facts.ref = replace(ref, config_class=own)
     config_path = configuration_path(ref.module_name, ref.config_class)
     config_src = load(config_path) if config_path else None
     package = f"transformers.models.{ref.module_name}"
@@ -1154,7 +1194,10 @@ def understand(name: str) -> Profile:
         "logit_softcapping": decide_softcapping(facts, config_src),
         "norm_attrs": decide_norm_attrs(facts),
     }
-    return Profile(identity(facts, built), decisions, {"logits_transform": decide_logits_transform(facts)})
+    keys = registry_keys(ref, config_src)
+    named = liger_name(ref.model_type)
+    ident = replace(identity(facts, built), model_type=named, registry_keys=() if keys == (named,) else keys)
+    return Profile(ident, decisions, {"logits_transform": decide_logits_transform(facts)})
 
 
 def modeling_file(profile: Profile) -> Path:

@@ -119,11 +119,32 @@ def test_read_only_and_validated_config_fields_keep_their_defaults():
     assert kwargs["hidden_size"] == probes.TINY_CONFIG["hidden_size"]
 
 
-def test_a_model_its_own_default_config_cannot_build_is_refused_with_the_reason():
+def test_a_model_its_own_default_config_cannot_build_is_refused_with_the_reason(monkeypatch):
+    import types
+
+    import torch
+    from transformers import LlamaConfig
+
+    from pipelines.autopatch.resolve import ModelRef
+    from pipelines.autopatch.understand import build_tiny
+
+    class BrokenModel(torch.nn.Module):  # a modeling bug no config repairs: transformers' own default fails too
+        def __init__(self, config):
+            super().__init__()
+            raise TypeError("unsupported operand type(s) for //: 'NoneType' and 'NoneType'")
+
+    monkeypatch.setattr(probes, "_UNBUILDABLE", {})
+    monkeypatch.setattr(probes, "_REPAIRS", {})
+    ref = ModelRef("broken", "BrokenForCausalLM", "LlamaConfig", "llama", "Broken")
     with pytest.raises(PipelineError) as caught:
-        understand("dbrx")
+        build_tiny(
+            ref,
+            types.SimpleNamespace(BrokenModel=BrokenModel),
+            LlamaConfig,
+            types.SimpleNamespace(base_class="BrokenModel"),
+        )
     message = caught.value.message
-    assert "rope_theta" in message and "DbrxConfig() cannot build DbrxModel" in message
+    assert "TypeError: unsupported operand" in message and "LlamaConfig() cannot build BrokenModel" in message
 
 
 def test_a_model_type_with_a_dash_is_refused_with_why():

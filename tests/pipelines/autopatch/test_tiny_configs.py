@@ -1,0 +1,136 @@
+"""Breadth (issue 17): the tiny config a model is built with, and the names and registry keys its patch gets.
+
+Each rule is checked on the config class or source of a real transformers model of the class it covers (no model
+is built here: the rules are unit-tested, the harness builds them).
+"""
+
+from __future__ import annotations
+
+import ast
+
+import pytest
+
+from pipelines.autopatch import act
+from pipelines.autopatch import probes
+from pipelines.autopatch.resolve import liger_name
+from pipelines.autopatch.resolve import resolve
+from pipelines.autopatch.source import configuration_path
+from pipelines.autopatch.source import load
+from pipelines.autopatch.understand import own_config_class
+from pipelines.autopatch.understand import read_facts
+from pipelines.autopatch.understand import registry_keys
+from tests.pipelines.autopatch.hand_profiles import hand_profile
+
+
+@pytest.fixture
+def clean_repairs(monkeypatch):
+    monkeypatch.setattr(probes, "_REPAIRS", {})
+    monkeypatch.setattr(probes, "_UNBUILDABLE", {})
+
+
+def test_a_field_the_config_class_lacks_is_given_on_the_sub_config_the_error_names():
+    from transformers import DbrxConfig
+
+    error = AttributeError("'DbrxAttentionConfig' object has no attribute 'rope_theta'")
+    assert probes.checkpoint_field(DbrxConfig, error) == {"attn_config": {"rope_theta": 10000.0}}
+    top = AttributeError("'DbrxConfig' object has no attribute 'pad_token_id'")
+    assert probes.checkpoint_field(DbrxConfig, top) == {"pad_token_id": 0}
+    assert probes.checkpoint_field(DbrxConfig, AttributeError("'X' object has no attribute 'weird'")) is None
+    assert probes.checkpoint_field(DbrxConfig, KeyError("rope_theta")) is None
+
+
+def test_repairs_accumulate_reach_the_tiny_config_and_stop_when_nothing_changes(clean_repairs):
+    from transformers import DbrxConfig
+
+    assert probes._add_repair(DbrxConfig, {"attn_config": {"rope_theta": 10000.0}})
+    assert probes._add_repair(DbrxConfig, probes.none_fields(DbrxConfig))  # clip_qkv: None builds no forward
+    assert not probes._add_repair(DbrxConfig, {"attn_config": {"clip_qkv": 8.0}})  # known: the loop stops
+    config = probes.tiny_config(DbrxConfig)
+    assert config.attn_config.rope_theta == 10000.0 and config.attn_config.clip_qkv == 8.0
+    assert config.hidden_size == probes.TINY_CONFIG["hidden_size"]
+
+
+def test_a_per_layer_field_defaulting_to_none_gets_one_entry_per_layer_of_each_config(clean_repairs):
+    from transformers import Lfm2MoeConfig
+
+    found = probes.none_fields(Lfm2MoeConfig)
+    assert set(found) == {"layer_types"}
+    probes._add_repair(Lfm2MoeConfig, found)
+    assert probes.repairs(Lfm2MoeConfig, {"num_hidden_layers": 2}) == {"layer_types": ["full_attention"] * 2}
+    kwargs = probes.tiny_config_kwargs(Lfm2MoeConfig)
+    assert len(kwargs["layer_types"]) == kwargs["num_hidden_layers"]
+    # the structure probe keeps the default layer count: the repair follows it instead of being dropped
+    structure = probes.tiny_config(Lfm2MoeConfig, keep_defaults=probes.STRUCTURE_FIELDS)
+    assert len(structure.layer_types) == Lfm2MoeConfig().num_hidden_layers
+
+
+def test_rope_parameters_are_keyed_by_layer_type_where_the_model_reads_them_so():
+    from transformers import CohereCompassTextConfig
+    from transformers import LlamaConfig
+
+    repair = probes.layer_rope_parameters(CohereCompassTextConfig, KeyError("full_attention"))
+    assert repair == {"rope_parameters": {"full_attention": {"rope_type": "default", "rope_theta": 10000.0}}}
+    assert probes.layer_rope_parameters(CohereCompassTextConfig, KeyError("q_proj")) is None
+    assert probes.layer_rope_parameters(LlamaConfig, KeyError("full_attention")) is None  # no layer_types
+
+
+def test_ssm_heads_fit_the_tiny_width_and_an_aliased_head_count_is_set_once():
+    from transformers import GPTNeoConfig
+    from transformers import Mamba2Config
+
+    kwargs = probes.tiny_config_kwargs(Mamba2Config)  # its validator: hidden_size * expand == num_heads * head_dim
+    config = Mamba2Config(**kwargs)
+    assert config.hidden_size == probes.TINY_CONFIG["hidden_size"]
+    assert config.hidden_size * config.expand == config.num_heads * config.head_dim
+    neo = probes.tiny_config_kwargs(GPTNeoConfig)  # attribute_map: num_attention_heads is num_heads
+    assert "num_heads" not in neo and neo["num_attention_heads"] == probes.TINY_CONFIG["num_attention_heads"]
+
+
+def test_a_model_type_with_a_dash_gets_a_python_name_and_keeps_its_registry_key():
+    assert liger_name("modernbert-decoder") == "modernbert_decoder"
+    assert act.validate_model_type(liger_name("modernbert-decoder")) == "modernbert_decoder"
+    assert liger_name("llama") == "llama"
+    ref = resolve("modernbert-decoder")
+    assert registry_keys(ref, None) == ("modernbert-decoder",)
+
+
+def _config_src(ref):
+    return load(configuration_path(ref.module_name, ref.config_class))
+
+
+@pytest.mark.parametrize(
+    ("model", "config_class", "keys"),
+    [
+        ("emu3", "Emu3TextConfig", ("emu3", "emu3_text_model")),  # a text config with a model_type of its own
+        ("dots3_note", "Dots3NoteTextConfig", ("dots3_note", "dots3_note_text")),  # two model types, one class
+        ("llama", "LlamaConfig", ("llama",)),
+    ],
+)
+def test_the_causal_lm_is_built_with_its_own_config_class_and_registered_under_every_model_type(
+    model, config_class, keys
+):
+    ref = resolve(model)
+    facts = read_facts(ref)
+    own = own_config_class(facts.src, ref)
+    assert own == config_class
+    assert registry_keys(ref.__class__(**{**ref.__dict__, "config_class": own}), _config_src(ref)) == keys
+
+
+def test_every_registry_key_maps_to_the_apply_function(liger_template):
+    plan = act.plan(hand_profile("emu3"))
+    source = (liger_template / act.MONKEY_PATCH).read_text()
+    registry = act.edits.find_assignment(ast.parse(act.edit_monkey_patch(source, plan)), "MODEL_TYPE_TO_APPLY_LIGER_FN")
+    entries = {
+        act.edits.string_value(k): ast.unparse(v)
+        for k, v in zip(registry.value.keys, registry.value.values, strict=True)
+    }
+    assert entries["emu3"] == entries["emu3_text_model"] == "apply_liger_kernel_to_emu3"
+
+
+def test_a_config_class_in_no_auto_mapping_builds_the_causal_lm_class_itself():
+    emu3 = act.render_instance_test(act.plan(hand_profile("emu3")))
+    assert "from transformers.models.emu3.modeling_emu3 import Emu3ForCausalLM" in emu3
+    assert "dummy_model_instance = Emu3ForCausalLM(config)" in emu3 and "AutoModelForCausalLM" not in emu3
+    ast.parse(emu3)
+    llama = act.render_instance_test(act.plan(hand_profile("helium")))
+    assert "AutoModelForCausalLM.from_config(config)" in llama

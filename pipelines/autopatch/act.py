@@ -768,7 +768,8 @@ def loss_vocab_size(plan: Plan) -> str:
 
 def render_lce_forward(plan: Plan, helper_module: str = "liger_kernel.transformers.model.llama") -> str:
     names = forward_param_names(plan)
-    ops = [op for op in logits_ops(plan.profile) if "softcap" not in op]
+    ops = [op for op in logits_ops(plan.profile) if "multiply" in op or "divide" in op]
+    pre_heads = [op["pre_head"] for op in logits_ops(plan.profile) if "pre_head" in op]
     bias, cast = lm_head_facts(plan)
     if bias and ops:
         raise PipelineError(
@@ -796,6 +797,7 @@ def render_lce_forward(plan: Plan, helper_module: str = "liger_kernel.transforme
         direct_loss=bool(softcap) or plan.profile.identity.output_head_attr != "lm_head",
         lm_head_bias=bias,
         lm_head_input_cast=cast,
+        pre_heads=pre_heads,
         loss_vocab_size=loss_vocab_size(plan),
     )
 

@@ -667,11 +667,44 @@ def _is_tanh(node: ast.AST) -> bool:
     return isinstance(node, ast.Call) and dotted_name(node.func).rsplit(".", 1)[-1] == "tanh" and len(node.args) == 1
 
 
-def logits_op(stmt: ast.stmt, logits: set[str], forward: ast.FunctionDef, head: str) -> dict | None:
+def softcap_functions(src: SourceFile) -> dict[str, tuple[int, int]]:
+    """Functions of the modeling file (top level, or under a top-level `if`) that return `c * tanh(x / c)`: name ->
+    (position of x, position of c). xLSTM's `soft_cap(values, cap_value)`, which returns values when c is None."""
+    found: dict[str, tuple[int, int]] = {}
+    nodes = [n for top in src.tree.body for n in ([top] if not isinstance(top, ast.If) else [*top.body, *top.orelse])]
+    for fn in (n for n in nodes if isinstance(n, ast.FunctionDef)):
+        params = [a.arg for a in fn.args.args]
+        returned = [s.value for s in fn.body if isinstance(s, ast.Return) and s.value is not None]
+        value = returned[-1] if returned else None
+        if not (isinstance(value, ast.BinOp) and isinstance(value.op, ast.Mult)):
+            continue
+        for tanh, cap in ((value.left, value.right), (value.right, value.left)):
+            inner = tanh.args[0] if _is_tanh(tanh) else None
+            if isinstance(inner, ast.BinOp) and isinstance(inner.op, ast.Div) and isinstance(cap, ast.Name):
+                x, c = getattr(inner.left, "id", None), getattr(inner.right, "id", None)
+                if c == cap.id and x in params and c in params and x != c:
+                    found[fn.name] = (params.index(x), params.index(c))
+    return found
+
+
+def logits_op(
+    stmt: ast.stmt,
+    logits: set[str],
+    forward: ast.FunctionDef,
+    head: str,
+    softcap_fns: dict[str, tuple[int, int]] | None = None,
+) -> dict | None:
     """One statement of the forms Liger's fused linear cross entropy can reproduce exactly, as data:
     `logits * s` / `logits / s` (lm_head is linear and bias-free, so the factor folds into the hidden states, as
-    Liger's own falcon_h1 forward does with `lm_head_multiplier`) and `tanh(logits / c) * c` (FLCE's `softcap`)."""
+    Liger's own falcon_h1 forward does with `lm_head_multiplier`) and `tanh(logits / c) * c` (FLCE's `softcap`),
+    written out or as a call of one of `softcap_fns` (`soft_cap(logits, self.config.output_logit_soft_cap)`)."""
     value = stmt.value
+    if isinstance(value, ast.Call) and getattr(value.func, "id", None) in (softcap_fns or {}):
+        x, c = (softcap_fns or {})[value.func.id]
+        if len(value.args) == 2 and not value.keywords and _is_logits(value.args[x], logits, head):
+            cap = _scalar_expr(value.args[c], forward)
+            return {"softcap": cap} if cap else None
+        return None
     if isinstance(stmt, ast.AugAssign):
         if not (isinstance(stmt.op, ast.Mult | ast.Div) and _is_logits(stmt.target, logits, head)):
             return None
@@ -723,6 +756,27 @@ def _head_input_passes_through(stmt: ast.stmt, hidden: set[str], head: str) -> b
     outputs[0])`), sliced or cast at most: a scale inside the call (`lm_head(h * s)`) is a transform too."""
     calls = [n for n in ast.walk(stmt.value) if isinstance(n, ast.Call) and dotted_name(n.func) == f"self.{head}"]
     return all(len(c.args) == 1 and _hidden_passes_through(c.args[0], hidden, read=True) for c in calls)
+
+
+def _pre_head(stmt: ast.stmt, hidden: set[str], facts: Facts) -> str | None:
+    """`self.decoder(self.lm_head(h))` (ModernBERT-decoder: a prediction head, dense + activation + norm, before the
+    vocabulary projection): `self.lm_head` when the head's one argument is a call of another module the CausalLM
+    builds in its __init__, on the hidden state as the base model returned it. Not a transform of the logits: the
+    loss is that of `head(module(h))`, and FLCE computes it from `module(h)` and the head's weight."""
+    value = stmt.value
+    if not (isinstance(value, ast.Call) and dotted_name(value.func) == f"self.{facts.head_attr}"):
+        return None
+    if len(value.args) != 1 or value.keywords or not isinstance(value.args[0], ast.Call):
+        return None
+    inner = value.args[0]
+    name = dotted_name(inner.func)
+    own = {a.attr for a in facts.src.self_assignments(facts.ref.causal_lm_class) if a.classes}
+    attr = name.removeprefix("self.")
+    if not name.startswith("self.") or attr not in own or attr in (facts.head_attr, facts.base_attr.split(".")[0]):
+        return None
+    if len(inner.args) != 1 or inner.keywords or not _hidden_passes_through(inner.args[0], hidden, read=True):
+        return None
+    return name
 
 
 def lm_head_has_bias(src, causal_lm_class: str, head: str) -> bool | None:
@@ -799,6 +853,7 @@ def decide_logits_transform(facts: Facts) -> Decision:
     outputs: set[str] = set()  # what self.<base>(...) returned
     hidden: set[str] = set()  # the base model's last hidden state, on its way to lm_head
     extra: list[ast.stmt] = []
+    pre_heads: list[dict] = []  # the CausalLM's own modules between the hidden state and the head (as data)
     for stmt in statements(forward.body):
         if not isinstance(stmt, ast.Assign | ast.AugAssign | ast.AnnAssign) or stmt.value is None:
             continue
@@ -820,8 +875,11 @@ def decide_logits_transform(facts: Facts) -> Decision:
             continue
         if head_call:
             logits |= names
+            pre_head = _pre_head(stmt, hidden, facts)
+            if pre_head:
+                pre_heads.append({"pre_head": pre_head})
             # Falcon-H1: self.lm_head(h) * self.model.lm_head_multiplier; a scale inside the call: lm_head(h * s)
-            if not _is_lm_head_output(stmt.value, facts.head_attr) or not _head_input_passes_through(
+            elif not _is_lm_head_output(stmt.value, facts.head_attr) or not _head_input_passes_through(
                 stmt, hidden, facts.head_attr
             ):
                 extra.append(stmt)
@@ -840,6 +898,13 @@ def decide_logits_transform(facts: Facts) -> Decision:
             "shifts the labels by one as Liger's fused linear cross entropy forward does)"
         )
         return Decision(None, Method.AST, (facts.src.evidence(own_loss),), Status.NEEDS_REVIEW, reason)
+    if not extra and pre_heads:
+        modules = ", ".join(op["pre_head"] for op in pre_heads)
+        reason = (
+            f"the hidden states pass through {modules} (a module of the CausalLM's own) before the vocabulary "
+            f"projection self.{facts.head_attr}: FLCE takes that module's output as its hidden states"
+        )
+        return Decision(pre_heads, Method.AST, (facts.src.evidence(forward, max_lines=40),), Status.SETTLED, reason)
     if not extra:
         evidence = (facts.src.evidence(forward, max_lines=40),)
         return Decision(
@@ -847,7 +912,8 @@ def decide_logits_transform(facts: Facts) -> Decision:
         )
     found = "; ".join(ast.unparse(s) for s in extra)
     evidence = tuple(facts.src.evidence(s) for s in extra)
-    ops = [logits_op(s, logits | hidden, forward, facts.head_attr) for s in extra]
+    fns = softcap_functions(facts.src)
+    ops = [logits_op(s, logits | hidden, forward, facts.head_attr, fns) for s in extra]
     scales_only = all(ops) and not any("softcap" in op for op in ops) and lm_head_bias_free(facts)
     if scales_only or (len(ops) == 1 and ops[0] and "softcap" in ops[0]):
         reason = f"the logits are transformed between lm_head and the loss: {found}; FLCE reproduces it exactly"

@@ -294,3 +294,38 @@ def test_a_loss_on_unshifted_labels_is_refused_with_its_line():
     decision = decide_logits_transform(read_facts(resolve("trocr")))  # CrossEntropyLoss, labels not shifted
     assert decision.status is Status.NEEDS_REVIEW and "not `self.loss_function`" in decision.reason
     assert "loss_fct(logits.view(-1, self.config.vocab_size), labels.view(-1))" in decision.evidence[0].snippet
+
+
+def test_a_softcap_written_as_a_helper_function_is_passed_to_flce():
+    from pipelines.autopatch.resolve import resolve
+    from pipelines.autopatch.understand import decide_logits_transform
+    from pipelines.autopatch.understand import read_facts
+    from pipelines.autopatch.understand import softcap_functions
+
+    class Src:  # the helper's forms: c * tanh(x / c), tanh(x / c) * c; anything else is no softcap
+        tree = ast.parse(
+            "def cap(values, c=None):\n    if c is None:\n        return values\n    return c * torch.tanh(values / c)\n"
+            "if flag:\n    def cap2(c, x):\n        return torch.tanh(x / c) * c\n"
+            "def not_cap(x, c):\n    return c * torch.tanh(x * c)\n"
+        )
+
+    assert softcap_functions(Src) == {"cap": (0, 1), "cap2": (1, 0)}
+    forward = _forward_of("def forward(self, h):\n    logits = cap(logits, self.config.cap)\n")
+    assert logits_op(forward.body[-1], {"logits"}, forward, "lm_head", {"cap": (0, 1)}) == {
+        "softcap": "self.config.cap"
+    }
+    assert logits_op(forward.body[-1], {"logits"}, forward, "lm_head", {}) is None
+    xlstm = decide_logits_transform(read_facts(resolve("xlstm")))  # `soft_cap(logits, self.config.output_...)`
+    assert xlstm.status is Status.SETTLED and xlstm.value == [{"softcap": "self.config.output_logit_soft_cap"}]
+
+
+def test_a_module_between_the_hidden_state_and_the_head_feeds_flce():
+    profile = understand("modernbert-decoder")  # logits = self.decoder(self.lm_head(hidden_states))
+    check = profile.checks["logits_transform"]
+    assert check.status is Status.SETTLED and check.value == [{"pre_head": "self.lm_head"}]
+    forward = act.render_lce_forward(act.plan(profile))
+    assert "kept_hidden_states = self.lm_head(kept_hidden_states)" in forward
+    assert "lm_head_weight=self.decoder.weight" in forward and "bias=self.decoder.bias" in forward
+    assert "logits = self.decoder(kept_hidden_states)" in forward
+    ast.parse(forward)
+    assert profile.model_type == "modernbert_decoder" and profile.registry_keys == ("modernbert-decoder",)

@@ -798,6 +798,7 @@ def render_lce_forward(plan: Plan, helper_module: str = "liger_kernel.transforme
         lm_head_bias=bias,
         lm_head_input_cast=cast,
         pre_heads=pre_heads,
+        unshifted_labels=any(op.get("unshifted_labels") for op in logits_ops(plan.profile)),
         loss_vocab_size=loss_vocab_size(plan),
     )
 

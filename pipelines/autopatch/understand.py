@@ -843,6 +843,35 @@ def _own_loss(forward: ast.FunctionDef) -> ast.stmt | None:
     )
 
 
+def _unshifted_cross_entropy(own_loss: ast.stmt, forward: ast.FunctionDef, logits: set[str]) -> bool:
+    """`loss_fct(logits.view(-1, V), labels.view(-1))` with `loss_fct = CrossEntropyLoss()` bound in the forward
+    (TrOCR, Whisper's decoder): a plain mean over the tokens whose label is not -100, no shift."""
+    call = own_loss.value
+    if not (isinstance(call, ast.Call) and isinstance(call.func, ast.Name) and len(call.args) == 2):
+        return False
+    bound = [
+        s.value
+        for s in statements(forward.body)
+        if isinstance(s, ast.Assign) and any(getattr(t, "id", None) == call.func.id for t in s.targets)
+    ]
+    plain = (
+        len(bound) == 1
+        and isinstance(bound[0], ast.Call)
+        and dotted_name(bound[0].func).rsplit(".", 1)[-1] == "CrossEntropyLoss"
+        and not bound[0].args
+        and not bound[0].keywords
+    )
+
+    def flattened(node: ast.AST, names: set[str], rank: int) -> bool:
+        ok = isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute)
+        ok = ok and node.func.attr in ("view", "reshape") and len(node.args) == rank and not node.keywords
+        first = node.args[0] if ok else None
+        is_minus_one = isinstance(first, ast.UnaryOp) and getattr(first.operand, "value", None) == 1
+        return ok and is_minus_one and getattr(node.func.value, "id", None) in names
+
+    return plain and flattened(call.args[0], logits, 2) and flattened(call.args[1], {"labels"}, 1)
+
+
 def decide_logits_transform(facts: Facts) -> Decision:
     """Settled None when CausalLM.forward passes lm_head's output to the loss untouched (slicing, casts and
     config-driven softcapping aside); settled with the ops as data (`[{"multiply": "self.logit_scale"}]`,
@@ -892,19 +921,28 @@ def decide_logits_transform(facts: Facts) -> Decision:
         reason = f"{facts.ref.causal_lm_class}.forward calls no self.{facts.head_attr}"
         return Decision(None, Method.AST, (facts.src.evidence(forward, max_lines=30),), Status.NEEDS_REVIEW, reason)
     own_loss = _own_loss(forward)
-    if own_loss is not None:
+    markers, said = list(pre_heads), []
+    if pre_heads:
+        modules = ", ".join(op["pre_head"] for op in pre_heads)
+        said.append(
+            f"the hidden states pass through {modules} (a module of the CausalLM's own) before the vocabulary "
+            f"projection self.{facts.head_attr}: FLCE takes that module's output as its hidden states"
+        )
+    if own_loss is not None and _unshifted_cross_entropy(own_loss, forward, logits):
+        markers.append({"unshifted_labels": True})
+        said.append(
+            f"the loss is `{ast.unparse(own_loss)}`: the mean cross entropy of logits[:, i] against labels[:, i], "
+            "which FLCE and transformers' loss compute when handed the labels as `shift_labels`"
+        )
+    elif own_loss is not None:
         reason = (
             f"the loss is `{ast.unparse(own_loss)}`, not `self.loss_function` (transformers' causal-LM loss, which "
             "shifts the labels by one as Liger's fused linear cross entropy forward does)"
         )
         return Decision(None, Method.AST, (facts.src.evidence(own_loss),), Status.NEEDS_REVIEW, reason)
-    if not extra and pre_heads:
-        modules = ", ".join(op["pre_head"] for op in pre_heads)
-        reason = (
-            f"the hidden states pass through {modules} (a module of the CausalLM's own) before the vocabulary "
-            f"projection self.{facts.head_attr}: FLCE takes that module's output as its hidden states"
-        )
-        return Decision(pre_heads, Method.AST, (facts.src.evidence(forward, max_lines=40),), Status.SETTLED, reason)
+    if not extra and markers:
+        evidence = (facts.src.evidence(forward, max_lines=40),) + ((facts.src.evidence(own_loss),) if own_loss else ())
+        return Decision(markers, Method.AST, evidence, Status.SETTLED, "; ".join(said))
     if not extra:
         evidence = (facts.src.evidence(forward, max_lines=40),)
         return Decision(
@@ -917,7 +955,7 @@ def decide_logits_transform(facts: Facts) -> Decision:
     scales_only = all(ops) and not any("softcap" in op for op in ops) and lm_head_bias_free(facts)
     if scales_only or (len(ops) == 1 and ops[0] and "softcap" in ops[0]):
         reason = f"the logits are transformed between lm_head and the loss: {found}; FLCE reproduces it exactly"
-        return Decision(ops, Method.AST, evidence, Status.SETTLED, reason)
+        return Decision(markers + ops, Method.AST, evidence, Status.SETTLED, "; ".join([*said, reason]))
     reason = f"the logits are transformed between lm_head and the loss: {found}"
     if all(ops) and not lm_head_bias_free(facts):
         reason += " (lm_head has a bias: the scale cannot be folded into the hidden states)"

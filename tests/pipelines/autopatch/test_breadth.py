@@ -286,14 +286,34 @@ def test_a_head_not_named_lm_head_is_read_from_get_output_embeddings_and_reaches
     ast.parse(forward)
 
 
-def test_a_loss_on_unshifted_labels_is_refused_with_its_line():
+def test_a_plain_loss_on_unshifted_labels_hands_them_over_as_shift_labels():
     from pipelines.autopatch.resolve import resolve
     from pipelines.autopatch.understand import decide_logits_transform
     from pipelines.autopatch.understand import read_facts
 
     decision = decide_logits_transform(read_facts(resolve("trocr")))  # CrossEntropyLoss, labels not shifted
-    assert decision.status is Status.NEEDS_REVIEW and "not `self.loss_function`" in decision.reason
-    assert "loss_fct(logits.view(-1, self.config.vocab_size), labels.view(-1))" in decision.evidence[0].snippet
+    assert decision.status is Status.SETTLED and decision.value == [{"unshifted_labels": True}]
+    assert "loss_fct(logits.view(-1, self.config.vocab_size), labels.view(-1))" in decision.evidence[-1].snippet
+    forward = act.render_lce_forward(act.plan(understand("trocr")))
+    assert "shift_labels, labels = labels, None" in forward and 'kwargs.pop("num_items_in_batch", None)' in forward
+    ast.parse(forward)
+
+
+@pytest.mark.parametrize(
+    ("loss_fct", "loss", "plain"),
+    [
+        ("CrossEntropyLoss()", "loss_fct(logits.view(-1, V), labels.view(-1))", True),
+        ("nn.CrossEntropyLoss()", "loss_fct(logits.reshape(-1, V), labels.reshape(-1))", True),
+        ('CrossEntropyLoss(reduction="sum")', "loss_fct(logits.view(-1, V), labels.view(-1))", False),
+        ("CrossEntropyLoss()", "loss_fct(logits[:, :-1].view(-1, V), labels[:, 1:].view(-1))", False),  # shifted
+        ("CrossEntropyLoss()", "loss_fct(scores.view(-1, V), labels.view(-1))", False),  # not the logits
+    ],
+)
+def test_only_a_default_cross_entropy_on_the_flat_logits_and_labels_counts_as_unshifted(loss_fct, loss, plain):
+    from pipelines.autopatch.understand import _unshifted_cross_entropy
+
+    forward = _forward_of(f"def forward(self, labels):\n    loss_fct = {loss_fct}\n    loss = {loss}\n")
+    assert _unshifted_cross_entropy(forward.body[-1], forward, {"logits"}) is plain
 
 
 def test_a_softcap_written_as_a_helper_function_is_passed_to_flce():

@@ -134,3 +134,28 @@ def test_a_config_class_in_no_auto_mapping_builds_the_causal_lm_class_itself():
     ast.parse(emu3)
     llama = act.render_instance_test(act.plan(hand_profile("helium")))
     assert "AutoModelForCausalLM.from_config(config)" in llama
+
+
+@pytest.mark.parametrize(
+    ("unpatched", "skipped"),
+    [
+        ({"ok": False, "error": "RuntimeError: expected both BFloat16 and Float"}, True),  # the model's own failure
+        ({"ok": True, "smoke": True, "loss": [6.2]}, False),  # only the patch fails: a finding
+        ({"ok": False, "error": "ValueError: other"}, False),  # another failure: the patch's stays reported
+    ],
+)
+def test_a_bf16_step_the_unpatched_model_fails_too_is_skipped_with_both_errors(monkeypatch, unpatched, skipped):
+    from pipelines.autopatch import model_check
+
+    patched = {"ok": False, "error": "RuntimeError: expected both BFloat16 and Float", "where": "x"}
+    runs = {True: patched, False: unpatched}
+    monkeypatch.setattr(model_check, "_bf16_run", lambda spec, data, patched: runs[patched])
+    monkeypatch.setattr(model_check, "revert", lambda spec: None)
+    result = model_check._bf16_step({}, [])
+    if skipped:
+        assert result["ok"] and "unpatched model fails this bf16 step too" in result["skipped"]
+        from pipelines.autopatch.verify import _run_summary
+
+        assert _run_summary("class bf16", result).startswith("class bf16: skipped: the unpatched model fails")
+    else:
+        assert result is patched

@@ -830,6 +830,7 @@ def config_class(plan: Plan) -> type:
 
 
 MINI_TEST_CONFIG = (
+    ("d_model", "32"),  # the hidden size under its own name (DBRX: probes.TINY_CONFIG says why)
     ("hidden_size", "32"),
     ("intermediate_size", "64"),
     ("moe_intermediate_size", "64"),
@@ -856,6 +857,7 @@ MINI_CONVERGENCE_CONFIG = (
     ("bos_token_id", "1"),
     ("eos_token_id", "2"),
     ("pad_token_id", "2"),
+    ("d_model", "1024"),  # the hidden size under its own name (DBRX: probes.TINY_CONFIG says why)
     ("hidden_size", "1024"),
     ("initializer_range", "0.02"),
     ("intermediate_size", "2048"),
@@ -965,7 +967,7 @@ def expert_width_fields(plan: Plan, fields: list[tuple[str, str]]) -> list[tuple
 # layers are all linear attention or Mamba has no attention layer for the cache to measure), then no grouped KV heads
 # as well (MLA attentions assume none), each also with one non-size field at its default (an MLA rotary width that
 # the mini head_dim contradicts, a layer pattern).
-CONVERGENCE_SIZE_FIELDS = ("hidden_size", "intermediate_size", "moe_intermediate_size", "vocab_size")
+CONVERGENCE_SIZE_FIELDS = ("d_model", "hidden_size", "intermediate_size", "moe_intermediate_size", "vocab_size")
 
 
 CONFIG_SEARCH_BUDGET_S = 60.0  # a model slow to build at the mini size (Gemma 3n's per-layer tables) stops early

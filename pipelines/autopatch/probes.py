@@ -651,6 +651,10 @@ def probe_rope(fn: Callable, names: Sequence[str], args: tuple, kwargs: dict) ->
 
 # Small sizes for every config field that exists; fields a config lacks are left alone.
 TINY_CONFIG = {
+    # the hidden size under its own name where attribute_map makes hidden_size an alias of it: a __post_init__ that
+    # copies it into a sub-config runs before aliases apply (DbrxConfig(hidden_size=64).ffn_config.hidden_size is
+    # the default 2048; with d_model=64 it is 64). First, so hidden_size is then skipped as its alias.
+    "d_model": 64,
     "hidden_size": 64,
     "intermediate_size": 128,
     "moe_intermediate_size": 32,
@@ -720,7 +724,14 @@ STRUCTURE_FIELDS = ("num_hidden_layers", "first_k_dense_replace")
 
 
 # What sizes the model (the tiny model stays tiny only with these): never dropped to satisfy a validator.
-SIZE_FIELDS = ("hidden_size", "intermediate_size", "moe_intermediate_size", "vocab_size", "max_position_embeddings")
+SIZE_FIELDS = (
+    "d_model",
+    "hidden_size",
+    "intermediate_size",
+    "moe_intermediate_size",
+    "vocab_size",
+    "max_position_embeddings",
+)
 # Fields of a config class that its tiny model could not be built or run with (found by TinyModel.build): its
 # default stands for them, here and in every later tiny config of that class (verify's CPU numerics included).
 _UNBUILDABLE: dict[type, tuple[str, ...]] = {}

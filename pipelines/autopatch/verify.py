@@ -247,7 +247,7 @@ def convergence_flags(model_type: str) -> dict[str, bool]:
 # On a CPU host the entry's widths are divided by this (every other field kept: attention implementation, layer
 # count and types, heads, router, dropout, tying); a GPU host runs the entry's config as written.
 CPU_WIDTH_DIVISOR = 8
-WIDTH_FIELDS = ("hidden_size", "intermediate_size", "moe_intermediate_size", "head_dim")
+WIDTH_FIELDS = ("d_model", "hidden_size", "intermediate_size", "moe_intermediate_size", "head_dim")
 WIDTH_FIELDS += ("kv_lora_rank", "q_lora_rank", "qk_nope_head_dim", "qk_rope_head_dim", "v_head_dim")  # MLA
 WIDTH_FIELDS += ("rotary_dim",)  # a partial rotary width within head_dim
 

@@ -159,3 +159,16 @@ def test_a_bf16_step_the_unpatched_model_fails_too_is_skipped_with_both_errors(m
         assert _run_summary("class bf16", result).startswith("class bf16: skipped: the unpatched model fails")
     else:
         assert result is patched
+
+
+def test_the_hidden_size_is_given_under_the_name_a_sub_config_copies():
+    from transformers import DbrxConfig
+    from transformers import LlamaConfig
+
+    kwargs = probes.tiny_config_kwargs(DbrxConfig)  # attribute_map: hidden_size -> d_model, copied by __post_init__
+    assert kwargs["d_model"] == probes.TINY_CONFIG["hidden_size"] and "hidden_size" not in kwargs
+    assert DbrxConfig(**kwargs).ffn_config.hidden_size == probes.TINY_CONFIG["hidden_size"]
+    assert "d_model" not in probes.tiny_config_kwargs(LlamaConfig)
+    from pipelines.autopatch.verify import cpu_config
+
+    assert cpu_config({"d_model": 1024})["d_model"] == 1024 // 8  # shrunk on the CPU like hidden_size

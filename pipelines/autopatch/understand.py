@@ -188,10 +188,54 @@ def _read_base(facts: Facts) -> None:
             return
     raise PipelineError(
         f"{causal} in {src.relative} builds no base model whose attribute `layers`, `h` or `blocks` holds the "
-        "decoder layers, and its forward calls no submodule of one that does (as OPT's `self.model.decoder(...)`); "
-        "the generated forward and instance patch read base_model.<layers>",
+        "decoder layers, and its forward calls no submodule of one that does (as OPT's `self.model.decoder(...)`)"
+        f": {_why_no_layout(facts)}; the generated forward and instance patch read base_model.<layers>",
         hint="not a decoder-only stack autopatch can lay out",
     )
+
+
+_STACK_ATTRS = ("layers", "h", "blocks")
+_IMAGE_INPUTS = ("pixel_values", "image_patches", "pixel_values_images")
+
+
+def _stacks(src: SourceFile, owner: str, prefix: str, depth: int) -> list[str]:
+    """Paths below `owner` (a class of this file) to attributes holding a layer stack, `depth` levels down at most."""
+    found: list[str] = []
+    for assign in src.self_assignments(owner):
+        if assign.attr in _STACK_ATTRS and assign.classes:
+            found.append(f"{prefix}{assign.attr}")
+        for cls in _local(src, assign.classes) if depth > 0 else []:
+            found += _stacks(src, cls, f"{prefix}{assign.attr}.", depth - 1)
+    return found
+
+
+def _why_no_layout(facts: Facts) -> str:
+    """What the CausalLM builds instead of one stack autopatch can lay out, read from its source."""
+    src, causal = facts.src, facts.ref.causal_lm_class
+    images = [p for p in parameters(src.method(causal, "forward")) if p in _IMAGE_INPUTS]
+    if images:
+        return f"its forward takes {', '.join(images)}: an image-text model (autopatch generates text models only)"
+    assigns = src.self_assignments(causal)
+    head = next((a for a in assigns if a.attr == facts.head_attr), None)
+    if head is not None and any(c.rsplit(".", 1)[-1] == "ModuleList" for c in head.classes):
+        return (
+            f"its vocabulary projection self.{facts.head_attr} is a ModuleList of heads (`{ast.unparse(head.node)[:90]}`)"
+            ": Liger's fused linear cross entropy projects through one weight"
+        )
+    auto = [a for a in assigns if any(c.startswith("AutoModel") for c in a.classes)]
+    if auto:
+        return (
+            f"its decoder is `{ast.unparse(auto[0].node)}`: another model_type's base model, chosen at run time (that "
+            "model's Liger patch covers its layers); this CausalLM's own forward needs a hand-written lce_forward"
+        )
+    stacks = [s for a in assigns for c in _local(src, a.classes) for s in _stacks(src, c, f"{a.attr}.", 2)]
+    if len(stacks) > 1:
+        return f"it runs {len(stacks)} layer stacks ({', '.join(stacks)}): the patch lays out one"
+    if stacks:
+        return (
+            f"its one layer stack is {stacks[0]}, deeper than the forward calls (the patch reads base_model.<layers>)"
+        )
+    return "no attribute of its modules holds a layer stack"
 
 
 def _submodules(src: SourceFile, causal: str, head: str):

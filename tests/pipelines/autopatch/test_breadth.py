@@ -93,6 +93,25 @@ def test_a_stack_one_level_down_that_the_forward_does_not_call_is_refused():
         understand("musicgen")
 
 
+@pytest.mark.parametrize(
+    ("model", "why"),
+    [
+        ("musicgen", "self.lm_heads is a ModuleList of heads"),  # one head per codebook
+        ("git", "its forward takes pixel_values: an image-text model"),
+        ("hrm_text", "it runs 2 layer stacks (model.L_module.layers, model.H_module.layers)"),
+        ("cpmant", "its one layer stack is cpmant.encoder.layers, deeper than the forward calls"),
+        ("gemma4_assistant", "its decoder is `self.model = AutoModel.from_config(text_config)`"),
+    ],
+)
+def test_a_layout_refusal_says_what_the_causal_lm_builds_instead(model, why):
+    from pipelines.autopatch.resolve import resolve
+    from pipelines.autopatch.understand import read_facts
+
+    with pytest.raises(PipelineError) as caught:
+        read_facts(resolve(model))  # AST only
+    assert why in caught.value.message
+
+
 def test_mixer_only_layers_patch_the_norms_and_the_loss():
     profile = understand("mamba")
     assert profile.value("structure") == "dense" and profile.value("mlp_kind") == "none"

@@ -770,6 +770,13 @@ def render_lce_forward(plan: Plan, helper_module: str = "liger_kernel.transforme
     names = forward_param_names(plan)
     ops = [op for op in logits_ops(plan.profile) if "multiply" in op or "divide" in op]
     pre_heads = [op["pre_head"] for op in logits_ops(plan.profile) if "pre_head" in op]
+    cut = next((op["vocab_slice"] for op in logits_ops(plan.profile) if "vocab_slice" in op), None)
+    rows = f"[: {cut}]" if cut else ""  # a vocabulary cut: the head's first rows (Inkling's unpadded_vocab_size)
+    head = plan.profile.identity.output_head_attr
+    factor = next((op["head_scale"] for op in logits_ops(plan.profile) if "head_scale" in op), None)
+    weight = f"self.{head}.weight{rows}"
+    if factor:  # the head's own forward scales each class's logit (Dory): the same factor on each weight row
+        weight = f"{weight} * torch.as_tensor({factor}).reshape(-1, 1){rows}.to(self.{head}.weight.dtype)"
     bias, cast = lm_head_facts(plan)
     if bias and ops:
         raise PipelineError(
@@ -788,13 +795,19 @@ def render_lce_forward(plan: Plan, helper_module: str = "liger_kernel.transforme
         hidden_states=hidden,
         softcap=softcap,
         scaled_hidden_states=scaled("kept_hidden_states", ops) if ops else None,
-        logits_statements=[f"logits = {scaled('logits', [op])}" for op in ops],
+        logits_statements=[f"logits = {scaled('logits', [op])}" for op in ops]
+        + ([f"logits = logits[..., : {cut}]"] if cut else []),
         output_class=plan.profile.value("output_class"),
         output_fields=base_output_fields(plan, "cache" if "cache" in names else "past_key_values"),
         uses_cache_type=bool({"cache", "past_key_values"} & set(names)),
         lm_head_helper_module=helper_module,
         output_head=plan.profile.identity.output_head_attr,
-        direct_loss=bool(softcap) or plan.profile.identity.output_head_attr != "lm_head",
+        direct_loss=bool(softcap) or bool(cut or factor) or plan.profile.identity.output_head_attr != "lm_head",
+        head_weight=weight,
+        head_bias=f"self.{head}.bias{rows}",
+        vocab_cut=cut,
+        head_scaled=bool(factor),
+        keeps_logits="logits_to_keep" in names,
         lm_head_bias=bias,
         lm_head_input_cast=cast,
         pre_heads=pre_heads,
@@ -1066,7 +1079,8 @@ def render_instance_test(plan: Plan) -> str:
         for target in plan.norm.targets("layer"):
             before, after = _getsource_checks(target["expr"], liger)
             if target["optional"]:
-                absent = f'getattr({target["owner"]}, "{target["attr"]}", None) is None or '
+                # absent, or a module without a weight in its place (ModernBERT-decoder's first layer: nn.Identity)
+                absent = f'getattr(getattr({target["owner"]}, "{target["attr"]}", None), "weight", None) is None or '
                 before, after = absent + before, absent + after
             layer_checks.append(_check(before, after))
     if plan.mlp:

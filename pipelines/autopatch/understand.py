@@ -370,11 +370,26 @@ def conditional_attrs(src: SourceFile, class_name: str | None) -> set[str]:
     return guarded - assigned(n for n in ast.walk(init) if id(n) not in inside)
 
 
+def _norm_or_other(src: SourceFile, class_name: str | None) -> set[str]:
+    """Attributes assigned a norm or another module by one expression (ModernBERT-decoder's `nn.LayerNorm(...) if
+    layer_id != 0 else nn.Identity()`): a norm in some instances only."""
+    found = set()
+    for assign in src.self_assignments(class_name) if class_name else []:
+        modules = [c for c in assign.classes if c.rsplit(".", 1)[-1][:1].isupper()]  # constructors, not calls
+        kinds = {bool(norm_family(src, c)) for c in modules}
+        if kinds == {True, False}:
+            found.add(assign.attr)
+    return found
+
+
 def _read_norms(facts: Facts) -> None:
     src = facts.src
     facts.optional_norms = tuple(
-        sorted(conditional_attrs(src, facts.decoder_class))  # norms, and the attention itself (hybrid layers)
-        + sorted(f"{facts.attn_attr}.{a}" for a in conditional_attrs(src, facts.attn_class))
+        sorted(conditional_attrs(src, facts.decoder_class) | _norm_or_other(src, facts.decoder_class))
+        + sorted(
+            f"{facts.attn_attr}.{a}"
+            for a in conditional_attrs(src, facts.attn_class) | _norm_or_other(src, facts.attn_class)
+        )
     )
     for attr, (cls, node) in _norm_assignments(src, facts.decoder_class).items():
         facts.decoder_norms[attr] = cls
@@ -659,6 +674,20 @@ def _slices_the_vocabulary(index: ast.AST) -> bool:
     return reaches_last and not whole
 
 
+def _vocabulary_cut(index: ast.AST) -> ast.AST | None:
+    """n of `[..., :n]` / `[:, :, :n]`: the first n classes, every position kept; None for any other index."""
+    parts = index.elts if isinstance(index, ast.Tuple) else [index]
+    *leading, last = parts
+    whole = all(
+        (isinstance(p, ast.Constant) and p.value is Ellipsis)
+        or (isinstance(p, ast.Slice) and p.lower is None and p.upper is None and p.step is None)
+        for p in leading
+    )
+    if not (leading and whole and _slices_the_vocabulary(index) and isinstance(last, ast.Slice)):
+        return None
+    return last.upper if last.lower is None and last.step is None else None
+
+
 def _passes_through(value: ast.AST, logits: set[str]) -> bool:
     if isinstance(value, ast.Name):
         return value.id in logits
@@ -743,6 +772,13 @@ def logits_op(
     Liger's own falcon_h1 forward does with `lm_head_multiplier`) and `tanh(logits / c) * c` (FLCE's `softcap`),
     written out or as a call of one of `softcap_fns` (`soft_cap(logits, self.config.output_logit_soft_cap)`)."""
     value = stmt.value
+    if isinstance(stmt, ast.Assign) and isinstance(value, ast.Subscript) and _is_logits(value.value, logits, head):
+        # `logits[..., :n]` (Inkling: a padded vocabulary cut to config.unpadded_vocab_size): the loss of the first n
+        # classes is FLCE's with the head's first n weight rows (`weight[:None]` is all of them, as the HF slice
+        # is skipped where n is None)
+        upper = _vocabulary_cut(value.slice)
+        cut = _scalar_expr(upper, forward) if upper is not None else None
+        return {"vocab_slice": cut} if cut else None
     if isinstance(value, ast.Call) and getattr(value.func, "id", None) in (softcap_fns or {}):
         x, c = (softcap_fns or {})[value.func.id]
         if len(value.args) == 2 and not value.keywords and _is_logits(value.args[x], logits, head):
@@ -821,6 +857,44 @@ def _pre_head(stmt: ast.stmt, hidden: set[str], facts: Facts) -> str | None:
     if len(inner.args) != 1 or inner.keywords or not _hidden_passes_through(inner.args[0], hidden, read=True):
         return None
     return name
+
+
+def head_scale(facts: Facts) -> tuple[str, ast.AST] | None:
+    """The factor a head class of the modeling file multiplies its linear output by, as an expression on the head
+    (`self.lm_head.logit_scale.float() * self.lm_head.logit_scale_factor`): Dory's `DoryLMHead(nn.Linear)` returns
+    `super().forward(h).float() * (self.logit_scale.float() * self.logit_scale_factor)`. A per-class (or scalar)
+    factor is a factor on the weight's rows, so FLCE gets `weight * factor[:, None]`. None for a plain head."""
+    src, head = facts.src, facts.head_attr
+    assign = next((a for a in src.self_assignments(facts.ref.causal_lm_class) if a.attr == head), None)
+    local = _local(src, assign.classes) if assign else []
+    forward = src.method(local[0], "forward") if local else None
+    if forward is None or not any(b.rsplit(".", 1)[-1] == "Linear" for b in src.external_bases(local[0])):
+        return None
+    linear: set[str] = set()
+    for stmt in forward.body:
+        if isinstance(stmt, ast.Assign) and _is_linear_output(stmt.value):
+            linear |= {t.id for t in stmt.targets if isinstance(t, ast.Name)}
+    returned = forward.body[-1].value if isinstance(forward.body[-1], ast.Return) else None
+    if not (isinstance(returned, ast.BinOp) and isinstance(returned.op, ast.Mult)):
+        return None
+    for out, factor in ((returned.left, returned.right), (returned.right, returned.left)):
+        is_out = (isinstance(out, ast.Name) and out.id in linear) or _is_linear_output(out)
+        reads = [n for n in ast.walk(factor) if isinstance(n, ast.Name)]
+        if is_out and reads and all(n.id == "self" for n in reads):  # only the head's own attributes
+            return ast.unparse(factor).replace("self.", f"self.{head}."), forward.body[-1]
+    return None
+
+
+def _is_linear_output(node: ast.AST) -> bool:
+    """`super().forward(x)`, optionally cast (`.float()`): nn.Linear's own output."""
+    while (
+        isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute) and node.func.attr in _LOGITS_PASS_THROUGH
+    ):
+        node = node.func.value
+    if not (isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute) and node.func.attr == "forward"):
+        return False
+    inner = node.func.value
+    return isinstance(inner, ast.Call) and getattr(inner.func, "id", None) == "super"
 
 
 def lm_head_has_bias(src, causal_lm_class: str, head: str) -> bool | None:
@@ -966,6 +1040,13 @@ def decide_logits_transform(facts: Facts) -> Decision:
         return Decision(None, Method.AST, (facts.src.evidence(forward, max_lines=30),), Status.NEEDS_REVIEW, reason)
     own_loss = _own_loss(forward)
     markers, said = list(pre_heads), []
+    scale = head_scale(facts)
+    if scale:
+        markers.append({"head_scale": scale[0]})
+        said.append(
+            f"self.{facts.head_attr}'s own forward scales its linear output: `{ast.unparse(scale[1])}`; FLCE gets its "
+            f"weight with each row scaled by `{scale[0]}`"
+        )
     if pre_heads:
         modules = ", ".join(op["pre_head"] for op in pre_heads)
         said.append(
@@ -996,8 +1077,10 @@ def decide_logits_transform(facts: Facts) -> Decision:
     evidence = tuple(facts.src.evidence(s) for s in extra)
     fns = softcap_functions(facts.src)
     ops = [logits_op(s, logits | hidden, forward, facts.head_attr, fns) for s in extra]
-    scales_only = all(ops) and not any("softcap" in op for op in ops) and lm_head_bias_free(facts)
-    if scales_only or (len(ops) == 1 and ops[0] and "softcap" in ops[0]):
+    cuts = [op for op in ops if op and "vocab_slice" in op]  # a cut of the vocabulary commutes with the others
+    ops_ = [op for op in ops if not (op and "vocab_slice" in op)]
+    scales_only = all(ops_) and not any("softcap" in op for op in ops_) and (not ops_ or lm_head_bias_free(facts))
+    if len(cuts) <= 1 and (scales_only or (len(ops_) == 1 and ops_[0] and "softcap" in ops_[0])):
         reason = f"the logits are transformed between lm_head and the loss: {found}; FLCE reproduces it exactly"
         return Decision(markers + ops, Method.AST, evidence, Status.SETTLED, "; ".join([*said, reason]))
     reason = f"the logits are transformed between lm_head and the loss: {found}"

@@ -171,11 +171,47 @@ def test_a_model_type_with_a_dash_is_refused_with_why():
         act.validate_model_type("modernbert-decoder")
 
 
-def test_a_hidden_state_scaled_before_lm_head_is_folded_and_a_vocabulary_slice_is_not():
-    minicpm3 = understand("minicpm3").checks["logits_transform"]
+def test_a_hidden_state_scaled_before_lm_head_is_folded_and_a_vocabulary_cut_takes_the_head_s_first_rows():
+    from pipelines.autopatch.resolve import resolve
+    from pipelines.autopatch.understand import decide_logits_transform
+    from pipelines.autopatch.understand import read_facts
+
+    minicpm3 = decide_logits_transform(read_facts(resolve("minicpm3")))
     assert minicpm3.status is Status.SETTLED and minicpm3.value == [{"divide": "self.config.logits_scaling"}]
-    inkling = understand("inkling_text").checks["logits_transform"]  # logits[..., :unpadded_vocab_size]
-    assert inkling.status is Status.NEEDS_REVIEW and "unpadded_vocab_size" in inkling.reason
+    inkling = decide_logits_transform(read_facts(resolve("inkling_text")))  # logits[..., :unpadded_vocab_size]
+    assert inkling.status is Status.SETTLED
+    assert inkling.value == [
+        {"divide": "self.config.logits_mup_width_multiplier"},
+        {"vocab_slice": "self.config.unpadded_vocab_size"},
+    ]
+
+
+@pytest.mark.parametrize(
+    ("statement", "op"),
+    [
+        ("logits = logits[..., :n]", {"vocab_slice": "n"}),
+        ("logits = logits[:, :, :self.config.n]", {"vocab_slice": "self.config.n"}),
+        ("logits = logits[..., 1:]", None),  # not the first classes
+        ("logits = logits[..., :n:2]", None),
+        ("logits = logits[0, :, :n]", None),  # a position dropped too
+    ],
+)
+def test_only_a_cut_to_the_first_classes_is_a_vocabulary_slice(statement, op):
+    forward = _forward_of(f"def forward(self, h):\n    n = self.config.n\n    {statement}\n")
+    expected = {"vocab_slice": "self.config.n"} if op else None
+    assert logits_op(forward.body[-1], {"logits"}, forward, "lm_head") == expected
+
+
+def test_a_head_class_that_scales_its_linear_output_scales_the_weight_rows_flce_gets():
+    from pipelines.autopatch.resolve import resolve
+    from pipelines.autopatch.understand import decide_logits_transform
+    from pipelines.autopatch.understand import read_facts
+
+    dory = decide_logits_transform(read_facts(resolve("dory")))  # DoryLMHead: linear(h).float() * scale
+    factor = "self.lm_head.logit_scale.float() * self.lm_head.logit_scale_factor"
+    assert dory.status is Status.SETTLED and dory.value == [{"head_scale": factor}]
+    plain = decide_logits_transform(read_facts(resolve("llama")))
+    assert plain.status is Status.SETTLED and plain.value is None
 
 
 def test_hybrid_stacks_of_several_layer_classes_patch_each_norm_where_it_exists():
@@ -368,3 +404,17 @@ def test_a_module_between_the_hidden_state_and_the_head_feeds_flce():
     assert "logits = self.decoder(kept_hidden_states)" in forward
     ast.parse(forward)
     assert profile.model_type == "modernbert_decoder" and profile.registry_keys == ("modernbert-decoder",)
+
+
+def test_a_norm_that_some_layers_replace_by_another_module_is_patched_where_it_has_a_weight():
+    from pipelines.autopatch.resolve import resolve
+    from pipelines.autopatch.understand import read_facts
+
+    # ModernBERT-decoder: `self.attn_norm = nn.LayerNorm(...) if layer_id != 0 else nn.Identity()`
+    assert read_facts(resolve("modernbert-decoder")).optional_norms == ("attn_norm",)
+    assert read_facts(resolve("llama")).optional_norms == ()
+    plan = act.plan(understand("modernbert-decoder"))
+    patch = act.render.render("autopatch/monkey_patch_fn.py.j2", **plan.context())
+    assert 'if getattr(getattr(decoder_layer, "attn_norm", None), "weight", None) is not None:' in patch
+    test = act.render_instance_test(plan)
+    assert 'getattr(getattr(layer, "attn_norm", None), "weight", None) is None or' in test

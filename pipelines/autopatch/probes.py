@@ -967,6 +967,14 @@ class TinyModel:
                 found = [getattr(m, attr) for m in modules if isinstance(getattr(m, attr, None), torch.nn.Module)]
                 if found:
                     groups[prefix + attr] = found
+        # the class swap reaches every instance of these classes, also those no attribute above names (A.X-K1's
+        # `mlp.post_mlp_layernorm`, the MoE block's output, which the decoder layer adds to its residual)
+        classes = {type(m) for found in groups.values() for m in found}
+        named = {id(m) for found in groups.values() for m in found}
+        for path, module in self.model.named_modules():
+            if type(module) in classes and id(module) not in named:
+                key = "other." + ".".join(p for p in path.split(".") if not p.isdigit())
+                groups.setdefault(key, []).append(module)
         return groups
 
     def run_forward(self) -> torch.Tensor:

@@ -172,3 +172,56 @@ def test_the_hidden_size_is_given_under_the_name_a_sub_config_copies():
     from pipelines.autopatch.verify import cpu_config
 
     assert cpu_config({"d_model": 1024})["d_model"] == 1024 // 8  # shrunk on the CPU like hidden_size
+
+
+def test_the_in_place_probe_covers_every_instance_a_class_swap_reaches():
+    import types
+
+    import torch
+
+    class Norm(torch.nn.Module):  # an RMSNorm
+        def __init__(self):
+            super().__init__()
+            self.weight = torch.nn.Parameter(torch.rand(8) + 0.5)
+
+        def forward(self, x):
+            return x * torch.rsqrt(x.pow(2).mean(-1, keepdim=True) + 1e-6) * self.weight
+
+    class Block(torch.nn.Module):  # A.X-K1's MoE block: its output is its own norm's, which the layer adds
+        def __init__(self):
+            super().__init__()
+            self.proj, self.post_norm = torch.nn.Linear(8, 8), Norm()
+
+        def forward(self, x):
+            return self.post_norm(self.proj(x))
+
+    class Layer(torch.nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.input_layernorm, self.mlp = Norm(), Block()
+
+        def forward(self, x):
+            return x + self.mlp(self.input_layernorm(x))
+
+    class Model(torch.nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.layers, self.norm = torch.nn.ModuleList([Layer(), Layer()]), Norm()
+
+        def forward(self, x):
+            for layer in self.layers:
+                x = layer(x)
+            return self.norm(x)
+
+    torch.manual_seed(0)
+    built = probes.TinyModel(None, None, None, Model())
+    facts = types.SimpleNamespace(
+        layers_attr="layers", attn_attr=None, decoder_norms={"input_layernorm": "Norm"}, final_norms={"norm": "Norm"}
+    )
+    facts.attn_norms = {}
+    groups = built.norm_groups(facts)
+    assert set(groups) == {"input_layernorm", "final.norm", "other.layers.mlp.post_norm"}
+    assert len(groups["other.layers.mlp.post_norm"]) == 2
+    x = torch.randn(2, 3, 8)
+    result = probes.probe_in_place(built.model, lambda: built.model(x), groups)
+    assert result.value is False and "other.layers.mlp.post_norm" in result.matched

@@ -93,6 +93,7 @@ class Norm:
     optional: tuple[str, ...] = ()  # "attr" / "self_attn" / "self_attn.attr" that not every instance has
     attn_attr: str = "self_attn"
     subclass: dict | None = None  # a LigerRMSNorm subclass to add to rms_norm.py (class_value names it)
+    instance_only: str | None = None  # why the class cannot be swapped (its constructor takes what Liger's lacks)
 
     def targets(self, layer: str) -> list[dict]:
         """Per norm on a decoder layer: its owner, attribute, whether an instance may lack it, and how to read it.
@@ -122,7 +123,7 @@ class Norm:
     def class_level(self) -> bool:
         """A class the modeling module defines can be swapped there; `nn.LayerNorm` is torch's own: swapping
         `modeling_x.nn.LayerNorm` would replace it in every module of the process."""
-        return "." not in self.hf_class
+        return "." not in self.hf_class and not self.instance_only
 
     @property
     def patch_fn(self) -> str:
@@ -454,6 +455,12 @@ def _plan_norm(profile: Profile, notes: list[str]) -> Norm | None:
         profile.value("rms_offset"),
         profile.value("rms_in_place"),
     )
+    differs = norm_constructor_differs(profile)
+    if differs:  # gemma4_unified's `dim=` / `with_scale=`, xLSTM's `num_features=`: Liger's class takes neither
+        options = f'offset={float(offset)!r}, casting_mode="{mode}", in_place={bool(in_place)}'
+        notes.append(f"RMSNorm is patched on model instances only: {differs}.")
+        planned = norm("rms_norm", "LigerRMSNorm", f"partial(_patch_rms_norm_module, {options})")
+        return Norm(**{**planned.__dict__, "instance_only": differs})
     if (mode, float(offset), bool(in_place)) == ("llama", 0.0, True):
         return norm("rms_norm", "LigerRMSNorm")
     options = f'offset={float(offset)!r}, casting_mode="{mode}", in_place={bool(in_place)}'
@@ -568,6 +575,34 @@ def _liger_mlp_parameters(liger_class: str, hidden: int, width: int) -> dict[str
     if liger_class == "LigerPhi3SwiGLUMLP":
         return {"gate_up_proj.weight": (2 * width, hidden), "down_proj.weight": (hidden, width)}
     return {"gate_proj.weight": (width, hidden), "up_proj.weight": (width, hidden), "down_proj.weight": (hidden, width)}
+
+
+LIGER_RMS_NORM_KEYWORDS = frozenset({"hidden_size", "eps"})  # what HF call sites may pass LigerRMSNorm by name
+
+
+def norm_constructor_differs(profile: Profile) -> str | None:
+    """Why `modeling.<Norm> = LigerRMSNorm` would break the model's own constructor calls, or None: the HF class
+    takes parameters beyond (width, eps) (Gemma 4 Unified's `with_scale`), or a call in the modeling file passes
+    a keyword LigerRMSNorm lacks (`dim=`, `num_features=`)."""
+    import inspect
+
+    name = profile.identity.norm_class
+    cls = getattr(importlib.import_module(profile.identity.modeling_module), name or "", None)
+    if cls is None or "." in (name or ""):
+        return None
+    params = [p for p in inspect.signature(cls.__init__).parameters if p != "self"]
+    extra = [p for p in params[1:] if p != "eps" and not p.startswith("*")]
+    src = modeling_source(profile)
+    used = set()
+    for node in ast.walk(src.tree) if src else ():
+        if isinstance(node, ast.Call) and getattr(node.func, "id", None) == name:
+            used |= {k.arg for k in node.keywords if k.arg}
+    unknown = sorted(used - LIGER_RMS_NORM_KEYWORDS)
+    if unknown:
+        return f"the modeling file calls {name}({', '.join(f'{k}=' for k in unknown)}...), which LigerRMSNorm lacks"
+    if extra:
+        return f"{name}.__init__ takes {', '.join(extra)}, which LigerRMSNorm lacks"
+    return None
 
 
 def class_swap_differs(profile: Profile, hf_class: str, liger_class: str) -> str | None:

@@ -225,3 +225,47 @@ def test_the_in_place_probe_covers_every_instance_a_class_swap_reaches():
     x = torch.randn(2, 3, 8)
     result = probes.probe_in_place(built.model, lambda: built.model(x), groups)
     assert result.value is False and "other.layers.mlp.post_norm" in result.matched
+
+
+def _norm_identity_profile(model):
+    from pipelines.autopatch.profile import Identity
+    from pipelines.autopatch.profile import Profile
+
+    facts = read_facts(resolve(model))
+    norm = next(iter({**facts.decoder_norms, **facts.final_norms}.values()))
+    module = f"transformers.models.{facts.ref.module_name}.{facts.src.path.stem}"
+    return Profile(
+        Identity(
+            model,
+            model,
+            facts.ref.causal_lm_class,
+            facts.base_class,
+            facts.ref.config_class,
+            facts.decoder_class,
+            module,
+            facts.src.relative,
+            norm_class=norm,
+        )
+    )
+
+
+@pytest.mark.parametrize(
+    ("model", "why"),
+    [
+        ("xlstm", "calls xLSTMRMSNorm(force_float32_reductions=, num_features=, use_bias=, use_weight=...)"),
+        ("gemma4_unified", "calls Gemma4UnifiedRMSNorm(dim=, with_scale=...)"),
+        ("llama", None),
+        ("seed_oss", None),
+    ],
+)
+def test_a_norm_class_whose_constructor_liger_s_lacks_is_patched_on_instances_only(model, why):
+    model = "gemma4_unified_text" if model == "gemma4_unified" else model
+    differs = act.norm_constructor_differs(_norm_identity_profile(model))
+    assert (differs is None) if why is None else (why in differs)
+
+
+def test_a_norm_patched_on_instances_only_is_not_swapped_at_class_level():
+    norm = act.Norm("rms_norm", "XRMSNorm", "LigerRMSNorm", "partial(_patch_rms_norm_module)", "norm", ("a",), ())
+    assert norm.class_level
+    only = act.Norm(**{**norm.__dict__, "instance_only": "XRMSNorm.__init__ takes with_scale"})
+    assert not only.class_level

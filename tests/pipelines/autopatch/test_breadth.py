@@ -221,7 +221,7 @@ def test_hybrid_stacks_of_several_layer_classes_patch_each_norm_where_it_exists(
     assert optional["input_layernorm"] is True  # only the linear-attention layers have it
     assert optional["post_attention_layernorm"] is False  # every layer class has it
     function = act.render.render("autopatch/monkey_patch_fn.py.j2", **plan.context())
-    assert 'if getattr(decoder_layer, "input_layernorm", None) is not None:' in function
+    assert 'if getattr(getattr(decoder_layer, "input_layernorm", None), "weight", None) is not None:' in function
 
 
 def test_a_norm_attribute_that_may_hold_a_weightless_wrapper_is_not_patched():

@@ -124,7 +124,7 @@ torch.manual_seed(0)
 config_cls = getattr(importlib.import_module(spec["config_module"]), spec["config_class"])
 config = config_cls(**spec["config"])
 for name, value in spec["after"].items():  # set past the config's validator (a float-typed softcap set to None)
-    setattr(config, name, value)
+    config.__dict__[name] = value  # not setattr: a @strict config checks each field's type on assignment too
 modeling = importlib.import_module(spec["modeling_module"])
 model_cls = getattr(modeling, spec["causal_lm_class"])
 reference = model_cls(config).float().eval()  # dropout off (Seed-OSS: residual_dropout 0.1)

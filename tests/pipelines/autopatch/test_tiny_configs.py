@@ -269,3 +269,32 @@ def test_a_norm_patched_on_instances_only_is_not_swapped_at_class_level():
     assert norm.class_level
     only = act.Norm(**{**norm.__dict__, "instance_only": "XRMSNorm.__init__ takes with_scale"})
     assert not only.class_level
+
+
+def test_the_numerics_script_sets_a_softcap_off_past_a_strict_config_s_field_check():
+    import json
+
+    from transformers import Inkling2TextConfig
+
+    from pipelines.autopatch.verify import NUMERICS_SCRIPT
+
+    with pytest.raises(
+        Exception, match="final_logit_softcapping"
+    ):  # @strict checks each assignment: setattr cannot switch the softcap off
+        Inkling2TextConfig().final_logit_softcapping = None
+    head = NUMERICS_SCRIPT.split("modeling = importlib.import_module")[0]  # the config part, before any model
+    spec = {
+        "config_module": "transformers.models.inkling2.configuration_inkling2",
+        "config_class": "Inkling2TextConfig",
+        "config": {},
+        "after": {"final_logit_softcapping": None},
+    }
+    scope: dict = {}
+    import sys
+
+    argv, sys.argv = sys.argv, ["numerics", json.dumps(spec)]
+    try:
+        exec(compile(head, "numerics", "exec"), scope)  # the pipeline's own script text, not transformers'
+    finally:
+        sys.argv = argv
+    assert scope["config"].final_logit_softcapping is None

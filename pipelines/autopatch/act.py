@@ -24,6 +24,7 @@ from pipelines import render
 from pipelines.autopatch import edits
 from pipelines.autopatch.profile import Profile
 from pipelines.autopatch.profile import Status
+from pipelines.autopatch.resolve import mappings
 from pipelines.changeset import Changeset
 from pipelines.changeset import FileChange
 from pipelines.changeset import edit_file
@@ -92,6 +93,7 @@ class Norm:
     optional: tuple[str, ...] = ()  # "attr" / "self_attn" / "self_attn.attr" that not every instance has
     attn_attr: str = "self_attn"
     subclass: dict | None = None  # a LigerRMSNorm subclass to add to rms_norm.py (class_value names it)
+    instance_only: str | None = None  # why the class cannot be swapped (its constructor takes what Liger's lacks)
 
     def targets(self, layer: str) -> list[dict]:
         """Per norm on a decoder layer: its owner, attribute, whether an instance may lack it, and how to read it.
@@ -121,7 +123,7 @@ class Norm:
     def class_level(self) -> bool:
         """A class the modeling module defines can be swapped there; `nn.LayerNorm` is torch's own: swapping
         `modeling_x.nn.LayerNorm` would replace it in every module of the process."""
-        return "." not in self.hf_class
+        return "." not in self.hf_class and not self.instance_only
 
     @property
     def patch_fn(self) -> str:
@@ -453,6 +455,12 @@ def _plan_norm(profile: Profile, notes: list[str]) -> Norm | None:
         profile.value("rms_offset"),
         profile.value("rms_in_place"),
     )
+    differs = norm_constructor_differs(profile)
+    if differs:  # gemma4_unified's `dim=` / `with_scale=`, xLSTM's `num_features=`: Liger's class takes neither
+        options = f'offset={float(offset)!r}, casting_mode="{mode}", in_place={bool(in_place)}'
+        notes.append(f"RMSNorm is patched on model instances only: {differs}.")
+        planned = norm("rms_norm", "LigerRMSNorm", f"partial(_patch_rms_norm_module, {options})")
+        return Norm(**{**planned.__dict__, "instance_only": differs})
     if (mode, float(offset), bool(in_place)) == ("llama", 0.0, True):
         return norm("rms_norm", "LigerRMSNorm")
     options = f'offset={float(offset)!r}, casting_mode="{mode}", in_place={bool(in_place)}'
@@ -567,6 +575,34 @@ def _liger_mlp_parameters(liger_class: str, hidden: int, width: int) -> dict[str
     if liger_class == "LigerPhi3SwiGLUMLP":
         return {"gate_up_proj.weight": (2 * width, hidden), "down_proj.weight": (hidden, width)}
     return {"gate_proj.weight": (width, hidden), "up_proj.weight": (width, hidden), "down_proj.weight": (hidden, width)}
+
+
+LIGER_RMS_NORM_KEYWORDS = frozenset({"hidden_size", "eps"})  # what HF call sites may pass LigerRMSNorm by name
+
+
+def norm_constructor_differs(profile: Profile) -> str | None:
+    """Why `modeling.<Norm> = LigerRMSNorm` would break the model's own constructor calls, or None: the HF class
+    takes parameters beyond (width, eps) (Gemma 4 Unified's `with_scale`), or a call in the modeling file passes
+    a keyword LigerRMSNorm lacks (`dim=`, `num_features=`)."""
+    import inspect
+
+    name = profile.identity.norm_class
+    cls = getattr(importlib.import_module(profile.identity.modeling_module), name or "", None)
+    if cls is None or "." in (name or ""):
+        return None
+    params = [p for p in inspect.signature(cls.__init__).parameters if p != "self"]
+    extra = [p for p in params[1:] if p != "eps" and not p.startswith("*")]
+    src = modeling_source(profile)
+    used = set()
+    for node in ast.walk(src.tree) if src else ():
+        if isinstance(node, ast.Call) and getattr(node.func, "id", None) == name:
+            used |= {k.arg for k in node.keywords if k.arg}
+    unknown = sorted(used - LIGER_RMS_NORM_KEYWORDS)
+    if unknown:
+        return f"the modeling file calls {name}({', '.join(f'{k}=' for k in unknown)}...), which LigerRMSNorm lacks"
+    if extra:
+        return f"{name}.__init__ takes {', '.join(extra)}, which LigerRMSNorm lacks"
+    return None
 
 
 def class_swap_differs(profile: Profile, hf_class: str, liger_class: str) -> str | None:
@@ -767,7 +803,15 @@ def loss_vocab_size(plan: Plan) -> str:
 
 def render_lce_forward(plan: Plan, helper_module: str = "liger_kernel.transformers.model.llama") -> str:
     names = forward_param_names(plan)
-    ops = [op for op in logits_ops(plan.profile) if "softcap" not in op]
+    ops = [op for op in logits_ops(plan.profile) if "multiply" in op or "divide" in op]
+    pre_heads = [op["pre_head"] for op in logits_ops(plan.profile) if "pre_head" in op]
+    cut = next((op["vocab_slice"] for op in logits_ops(plan.profile) if "vocab_slice" in op), None)
+    rows = f"[: {cut}]" if cut else ""  # a vocabulary cut: the head's first rows (Inkling's unpadded_vocab_size)
+    head = plan.profile.identity.output_head_attr
+    factor = next((op["head_scale"] for op in logits_ops(plan.profile) if "head_scale" in op), None)
+    weight = f"self.{head}.weight{rows}"
+    if factor:  # the head's own forward scales each class's logit (Dory): the same factor on each weight row
+        weight = f"{weight} * torch.as_tensor({factor}).reshape(-1, 1){rows}.to(self.{head}.weight.dtype)"
     bias, cast = lm_head_facts(plan)
     if bias and ops:
         raise PipelineError(
@@ -786,15 +830,23 @@ def render_lce_forward(plan: Plan, helper_module: str = "liger_kernel.transforme
         hidden_states=hidden,
         softcap=softcap,
         scaled_hidden_states=scaled("kept_hidden_states", ops) if ops else None,
-        logits_statements=[f"logits = {scaled('logits', [op])}" for op in ops],
+        logits_statements=[f"logits = {scaled('logits', [op])}" for op in ops]
+        + ([f"logits = logits[..., : {cut}]"] if cut else []),
         output_class=plan.profile.value("output_class"),
         output_fields=base_output_fields(plan, "cache" if "cache" in names else "past_key_values"),
         uses_cache_type=bool({"cache", "past_key_values"} & set(names)),
         lm_head_helper_module=helper_module,
         output_head=plan.profile.identity.output_head_attr,
-        direct_loss=bool(softcap) or plan.profile.identity.output_head_attr != "lm_head",
+        direct_loss=bool(softcap) or bool(cut or factor) or plan.profile.identity.output_head_attr != "lm_head",
+        head_weight=weight,
+        head_bias=f"self.{head}.bias{rows}",
+        vocab_cut=cut,
+        head_scaled=bool(factor),
+        keeps_logits="logits_to_keep" in names,
         lm_head_bias=bias,
         lm_head_input_cast=cast,
+        pre_heads=pre_heads,
+        unshifted_labels=any(op.get("unshifted_labels") for op in logits_ops(plan.profile)),
         loss_vocab_size=loss_vocab_size(plan),
     )
 
@@ -826,6 +878,7 @@ def config_class(plan: Plan) -> type:
 
 
 MINI_TEST_CONFIG = (
+    ("d_model", "32"),  # the hidden size under its own name (DBRX: probes.TINY_CONFIG says why)
     ("hidden_size", "32"),
     ("intermediate_size", "64"),
     ("moe_intermediate_size", "64"),
@@ -841,6 +894,8 @@ MINI_TEST_CONFIG = (
     ("topk_group", "1"),
     ("vocab_size", "1024"),
     ("pad_token_id", "0"),  # some defaults (GLM-4: 151329) point outside the tiny vocabulary
+    ("num_heads", "8"),  # Mamba-2's SSM heads: hidden_size * expand == num_heads * head_dim
+    ("decoder_attention_heads", "4"),  # Whisper / TrOCR decoders
 )
 ROUTED_EXPERT_FIELDS = ("moe_num_experts", "n_routed_experts", "num_experts", "num_local_experts")
 ROUTER_TOP_K_FIELDS = ("moe_k", "moe_topk", "num_experts_per_tok", "num_experts_per_token")
@@ -850,6 +905,7 @@ MINI_CONVERGENCE_CONFIG = (
     ("bos_token_id", "1"),
     ("eos_token_id", "2"),
     ("pad_token_id", "2"),
+    ("d_model", "1024"),  # the hidden size under its own name (DBRX: probes.TINY_CONFIG says why)
     ("hidden_size", "1024"),
     ("initializer_range", "0.02"),
     ("intermediate_size", "2048"),
@@ -859,6 +915,8 @@ MINI_CONVERGENCE_CONFIG = (
     ("num_hidden_layers", "4"),
     ("num_key_value_heads", "2"),
     ("head_dim", "128"),
+    ("num_heads", "16"),  # Mamba-2's SSM heads: hidden_size * expand == num_heads * head_dim
+    ("decoder_attention_heads", "8"),  # Whisper / TrOCR decoders
     # A router with as many experts as it picks per token (2 of 2): in fp32, Liger's fused MoE runs its dots in TF32,
     # and with a sparse router that rounding flips a token's expert choice between the HF and Liger runs, after which
     # its logprobs differ by up to 1.3 (H200: 5 of 12 MoE entries failed at 2 of 8 experts, 12 of 12 passed at 2 of
@@ -884,8 +942,14 @@ MINI_EXPERT_WIDTH = dict(MINI_CONVERGENCE_CONFIG)["moe_intermediate_size"]  # ex
 
 def mini_config(plan: Plan, candidates: tuple[tuple[str, str], ...]) -> list[tuple[str, str]]:
     """The candidate fields this model's config class actually has (v5 configs accept unknown keys silently)."""
-    defaults = config_class(plan)()
-    return [(name, value) for name, value in candidates if has_field(defaults, name)]
+    from pipelines.autopatch import probes
+
+    cls = config_class(plan)
+    defaults, chosen = cls(), {}
+    for name, value in candidates:
+        if has_field(defaults, name) and not probes._aliased(cls, name, chosen):  # GPT-Neo: num_heads is heads
+            chosen[name] = value
+    return list(chosen.items())
 
 
 # Config fields that make a training step random (dropout, router jitter, input noise): the convergence test compares
@@ -923,7 +987,17 @@ def convergence_config(plan: Plan) -> list[tuple[str, str]]:
         if n not in unbuildable and probes._settable(cls, n)  # Falcon's head_dim is a read-only property
     ]
     fields += stochastic_fields_off(cls(), {name for name, _ in fields})
-    return sorted(runnable_convergence_fields(plan, expert_width_fields(plan, fields)))
+    fields = with_repairs(cls, expert_width_fields(plan, fields))
+    return sorted(runnable_convergence_fields(plan, fields))
+
+
+def with_repairs(cls, fields: list[tuple[str, str]]) -> list[tuple[str, str]]:
+    """`fields` and the checkpoint fields the probes' tiny model needed (DBRX's attn_config.rope_theta, LFM2-MoE's
+    layer_types for this config's layer count), written as literals."""
+    from pipelines.autopatch import probes
+
+    values = {n: ast.literal_eval(v) for n, v in fields}
+    return fields + [(n, repr(v)) for n, v in probes.repairs(cls, values).items() if n not in values]
 
 
 def expert_width_fields(plan: Plan, fields: list[tuple[str, str]]) -> list[tuple[str, str]]:
@@ -941,7 +1015,7 @@ def expert_width_fields(plan: Plan, fields: list[tuple[str, str]]) -> list[tuple
 # layers are all linear attention or Mamba has no attention layer for the cache to measure), then no grouped KV heads
 # as well (MLA attentions assume none), each also with one non-size field at its default (an MLA rotary width that
 # the mini head_dim contradicts, a layer pattern).
-CONVERGENCE_SIZE_FIELDS = ("hidden_size", "intermediate_size", "moe_intermediate_size", "vocab_size")
+CONVERGENCE_SIZE_FIELDS = ("d_model", "hidden_size", "intermediate_size", "moe_intermediate_size", "vocab_size")
 
 
 CONFIG_SEARCH_BUDGET_S = 60.0  # a model slow to build at the mini size (Gemma 3n's per-layer tables) stops early
@@ -1020,15 +1094,15 @@ def buildable_test_config(plan: Plan) -> list[tuple[str, str]]:
     fields = [(n, v) for n, v in fields if n not in unbuildable]
 
     def constructs(chosen) -> bool:
-        return probes._constructs(cls, {n: ast.literal_eval(v) for n, v in chosen}) is None
+        return probes._constructs(cls, {n: ast.literal_eval(v) for n, v in with_repairs(cls, chosen)}) is None
 
     if constructs(fields):
-        return fields
+        return with_repairs(cls, fields)
     for name, _ in fields:
         fewer = [(n, v) for n, v in fields if n != name]
         if constructs(fewer):
-            return fewer
-    return fields
+            return with_repairs(cls, fewer)
+    return with_repairs(cls, fields)
 
 
 def render_instance_test(plan: Plan) -> str:
@@ -1040,7 +1114,8 @@ def render_instance_test(plan: Plan) -> str:
         for target in plan.norm.targets("layer"):
             before, after = _getsource_checks(target["expr"], liger)
             if target["optional"]:
-                absent = f'getattr({target["owner"]}, "{target["attr"]}", None) is None or '
+                # absent, or a module without a weight in its place (ModernBERT-decoder's first layer: nn.Identity)
+                absent = f'getattr(getattr({target["owner"]}, "{target["attr"]}", None), "weight", None) is None or '
                 before, after = absent + before, absent + after
             layer_checks.append(_check(before, after))
     if plan.mlp:
@@ -1050,10 +1125,17 @@ def render_instance_test(plan: Plan) -> str:
         "autopatch/instance_patch_test.py.j2",
         **plan.context(),
         test_config=buildable_test_config(plan),
+        auto_mapped=auto_mapped(plan.profile.identity.config_class),
         model_checks=model_checks,
         layer_checks=layer_checks,
         extra_imports=[plan.mlp.test_import] if plan.mlp and plan.mlp.test_import else [],
     )
+
+
+def auto_mapped(config_class: str) -> bool:
+    """Whether AutoModelForCausalLM builds from this config class (Emu3TextConfig: in no causal LM mapping)."""
+    maps = mappings()
+    return any(maps.configs.get(model_type) == config_class for model_type in maps.causal)
 
 
 def _check(before: str, after: str) -> dict:
@@ -1129,8 +1211,10 @@ def edit_monkey_patch(source: str, plan: Plan) -> str:
     source = edits.insert_top_level(
         source, lambda n: edits.defined_name(n, "apply_liger_kernel_to_"), _apply_fn(plan), function
     )
-    registry = edits.find_assignment(ast.parse(source), "MODEL_TYPE_TO_APPLY_LIGER_FN").value
-    return edits.insert_element(source, registry.keys, edits.string_value, x, f'"{x}": {_apply_fn(plan)}')
+    for key in plan.profile.registry_keys:  # every config.model_type this class reports (dots3_note, _text)
+        registry = edits.find_assignment(ast.parse(source), "MODEL_TYPE_TO_APPLY_LIGER_FN").value
+        source = edits.insert_element(source, registry.keys, edits.string_value, key, f'"{key}": {_apply_fn(plan)}')
+    return source
 
 
 def _apply_fn_string(node: ast.expr) -> str | None:

@@ -90,10 +90,11 @@ def registered_model_types(checkout: Checkout) -> set[str]:
 
 def refuse_supported(checkout: Checkout, profile: Profile) -> None:
     """The checkout's own registry decides (the profile's `supported_by` may describe another Liger tree)."""
-    if profile.model_type in registered_model_types(checkout):
-        fn = f"apply_liger_kernel_to_{profile.model_type}"
+    registered = registered_model_types(checkout)
+    if key := next((k for k in (profile.model_type, *profile.registry_keys) if k in registered), None):
         raise PipelineError(
-            f"{profile.model_type} is already supported by the target ({fn}); autopatch creates support for new models",
+            f"{key} is already supported by the target (MODEL_TYPE_TO_APPLY_LIGER_FN[{key!r}]); autopatch creates support"
+            " for new models",
             hint="to change an existing patch, edit it by hand (modify mode is not automated yet)",
         )
 

@@ -12,10 +12,12 @@ or, when no candidate is exact, to within one bf16 rounding step. Inputs are ran
 from __future__ import annotations
 
 import copy
+import re
 from collections.abc import Callable
 from collections.abc import Sequence
 from dataclasses import dataclass
 from dataclasses import field
+from types import SimpleNamespace
 from typing import Any
 
 import torch
@@ -649,6 +651,10 @@ def probe_rope(fn: Callable, names: Sequence[str], args: tuple, kwargs: dict) ->
 
 # Small sizes for every config field that exists; fields a config lacks are left alone.
 TINY_CONFIG = {
+    # the hidden size under its own name where attribute_map makes hidden_size an alias of it: a __post_init__ that
+    # copies it into a sub-config runs before aliases apply (DbrxConfig(hidden_size=64).ffn_config.hidden_size is
+    # the default 2048; with d_model=64 it is 64). First, so hidden_size is then skipped as its alias.
+    "d_model": 64,
     "hidden_size": 64,
     "intermediate_size": 128,
     "moe_intermediate_size": 32,
@@ -691,13 +697,41 @@ TINY_CONFIG = {
     "linear_num_value_heads": 4,
     "o_lora_rank": 32,  # DeepSeek-V4
     "index_head_dim": 16,
+    "num_heads": 8,  # Mamba-2's SSM heads: hidden_size * expand == num_heads * head_dim (64 * 2 == 8 * 16)
+    "decoder_attention_heads": 4,  # Whisper / TrOCR decoders: heads must divide the tiny d_model (hidden_size)
+    "encoder_attention_heads": 4,
 }
+# Fields a config class does not declare but its modeling code reads, so real checkpoints' config.json carries them
+# (v5's DbrxAttentionConfig dropped rope_theta; DbrxAttention still reads attn_config.rope_theta): the value every
+# tiny config of that class gets, on the config or on the sub-config the error names.
+CHECKPOINT_FIELDS = {"rope_theta": 10000.0, "pad_token_id": 0, "rms_norm_eps": 1e-6, "layer_norm_eps": 1e-5}
+# Fields whose default (None) builds no model, which real checkpoints set: given when the tiny model fails to build
+# or run and the class defaults them to None (DBRX's clip_qkv, LFM2-MoE's layer_types, Qwen4-Exp's indexer).
+CHECKPOINT_NONE_FIELDS: dict[str, Any] = {
+    "clip_qkv": 8.0,
+    "layer_types": lambda config: ["full_attention"] * int(config.num_hidden_layers),  # the v5 configs' default
+    "indexer_n_heads": 4,
+    "indexer_kv_heads": 1,
+    "indexer_head_dim": 16,
+    "indexer_budget": 8,
+    "indexer_compress_ratio": 4,
+}
+_MISSING_FIELD = re.compile(r"'(\w+)' object has no attribute '(\w+)'")
+# Such fields per config class (found by TinyModel.build), passed with the tiny config and every generated test's.
+_REPAIRS: dict[type, dict[str, Any]] = {}
 # Fields that choose which layers are MoE: the structure probe keeps their defaults.
 STRUCTURE_FIELDS = ("num_hidden_layers", "first_k_dense_replace")
 
 
 # What sizes the model (the tiny model stays tiny only with these): never dropped to satisfy a validator.
-SIZE_FIELDS = ("hidden_size", "intermediate_size", "moe_intermediate_size", "vocab_size", "max_position_embeddings")
+SIZE_FIELDS = (
+    "d_model",
+    "hidden_size",
+    "intermediate_size",
+    "moe_intermediate_size",
+    "vocab_size",
+    "max_position_embeddings",
+)
 # Fields of a config class that its tiny model could not be built or run with (found by TinyModel.build): its
 # default stands for them, here and in every later tiny config of that class (verify's CPU numerics included).
 _UNBUILDABLE: dict[type, tuple[str, ...]] = {}
@@ -707,6 +741,86 @@ def _settable(config_class, name: str) -> bool:
     """Falcon's `head_dim` is a read-only property computed from the other fields: it cannot be passed in."""
     attr = getattr(config_class, name, None)
     return not (isinstance(attr, property) and attr.fset is None)
+
+
+def checkpoint_field(config_class, error: Exception) -> dict[str, Any] | None:
+    """The kwargs that give the config (or its sub-config) a CHECKPOINT_FIELDS field the error says it lacks."""
+    found = _MISSING_FIELD.search(str(error)) if isinstance(error, AttributeError) else None
+    if found is None or found[2] not in CHECKPOINT_FIELDS:
+        return None
+    owner, name = found[1], found[2]
+    value = CHECKPOINT_FIELDS[name]
+    if owner == config_class.__name__:
+        return {name: value}
+    for key, sub in (getattr(config_class, "sub_configs", None) or {}).items():
+        if getattr(sub, "__name__", None) == owner:
+            return {key: {name: value}}
+    return None
+
+
+def none_fields(config_class) -> dict[str, Any]:
+    """CHECKPOINT_NONE_FIELDS values for the fields this class (or a sub-config of it) defaults to None."""
+    config = config_class(**tiny_config_kwargs(config_class))
+    found: dict[str, Any] = {}
+    owners = [("", config)] + [(k, getattr(config, k, None)) for k in getattr(config_class, "sub_configs", None) or {}]
+    for key, owner in owners:
+        values = {
+            name: value  # a callable (layer_types) is evaluated against each config's own sizes by `repairs`
+            for name, value in CHECKPOINT_NONE_FIELDS.items()
+            if owner is not None and has_field(owner, name) and getattr(owner, name) is None
+        }
+        if values:
+            found |= {key: values} if key else values
+    return found
+
+
+def layer_rope_parameters(config_class, error: Exception) -> dict[str, Any] | None:
+    """Per-layer-type RoPE parameters where the model reads `rope_parameters[layer_type]` and the class's default
+    keys them otherwise (Cohere Compass: `KeyError: 'full_attention'`), as Gemma 3's configs key them."""
+    config = config_class(**tiny_config_kwargs(config_class))
+    layer_types = list(dict.fromkeys(getattr(config, "layer_types", None) or []))
+    if not (isinstance(error, KeyError) and error.args and error.args[0] in layer_types):
+        return None
+    if not has_field(config, "rope_parameters"):
+        return None
+    return {"rope_parameters": {t: {"rope_type": "default", "rope_theta": 10000.0} for t in layer_types}}
+
+
+def repairs(config_class, fields: dict[str, Any] | None = None) -> dict[str, Any]:
+    """The checkpoint fields this config class's tiny model needed (empty until TinyModel.build found one), for a
+    config of `fields`: a per-layer value (layer_types) gets as many entries as that config has layers."""
+    found = _REPAIRS.get(config_class, {})
+    if not found:
+        return {}
+    default = config_class()
+    sizes = SimpleNamespace(**{"num_hidden_layers": getattr(default, "num_hidden_layers", 0)} | (fields or {}))
+
+    def value(v):
+        if callable(v):
+            return v(sizes)
+        return {k: value(x) for k, x in v.items()} if isinstance(v, dict) else copy.deepcopy(v)
+
+    return {k: value(v) for k, v in found.items()}
+
+
+def _add_repair(config_class, fields: dict[str, Any]) -> bool:
+    """Record `fields` for the class; False when they were recorded already (the repair did not help)."""
+    known = _REPAIRS.setdefault(config_class, {})
+    changed = False
+    for key, value in fields.items():
+        if isinstance(value, dict) and isinstance(known.get(key), dict):
+            changed |= any(known[key].get(k) != v for k, v in value.items())
+            known[key] = known[key] | value
+        elif known.get(key) != value:
+            known[key], changed = value, True
+    return changed
+
+
+def _aliased(config_class, name: str, chosen: dict) -> bool:
+    """Whether `name` is the same config field as one already chosen, under the class's attribute_map (GPT-Neo maps
+    num_attention_heads to num_heads: the first in TINY_CONFIG wins, not the last)."""
+    aliases = getattr(config_class, "attribute_map", None) or {}
+    return aliases.get(name, name) in {aliases.get(k, k) for k in chosen}
 
 
 def _constructs(config_class, kwargs: dict) -> Exception | None:
@@ -724,16 +838,26 @@ def tiny_config_kwargs(config_class, keep_defaults: tuple[str, ...] = ()) -> dic
     size fields never), so a strict config still gets the smallest model it allows."""
     default = config_class()
     skip = set(keep_defaults) | set(_UNBUILDABLE.get(config_class, ()))
-    kwargs = {
-        k: v for k, v in TINY_CONFIG.items() if has_field(default, k) and k not in skip and _settable(config_class, k)
-    }
-    if _constructs(config_class, kwargs) is None:
-        return kwargs
+    kwargs: dict[str, Any] = {}
+    for k, v in TINY_CONFIG.items():
+        if (
+            has_field(default, k)
+            and k not in skip
+            and _settable(config_class, k)
+            and not _aliased(config_class, k, kwargs)
+        ):
+            kwargs[k] = v
+
+    def repaired(chosen: dict) -> dict:
+        return chosen | repairs(config_class, chosen)
+
+    if _constructs(config_class, repaired(kwargs)) is None:
+        return repaired(kwargs)
     for key in [k for k in kwargs if k not in SIZE_FIELDS]:
         fewer = {k: v for k, v in kwargs.items() if k != key}
-        if _constructs(config_class, fewer) is None:
-            return fewer
-    return kwargs  # nothing single helps: the validator's own message reaches the caller
+        if _constructs(config_class, repaired(fewer)) is None:
+            return repaired(fewer)
+    return repaired(kwargs)  # nothing single helps: the validator's own message reaches the caller
 
 
 def tiny_config(config_class, keep_defaults: tuple[str, ...] = ()):
@@ -764,6 +888,9 @@ class TinyModel:
         its default (Zamba's shared-layer pattern, GPT-J's rotary_dim). None that works: UnbuildableModel."""
         base_class = getattr(module, facts.base_class)
         built, error = cls._try(module, config_class, base_class)
+        for find in (checkpoint_field, lambda c, e: none_fields(c), layer_rope_parameters, checkpoint_field):
+            while not built and (missing := find(config_class, error)) and _add_repair(config_class, missing):
+                built, error = cls._try(module, config_class, base_class)
         if built:
             return built
         tried = tiny_config_kwargs(config_class)
@@ -840,6 +967,14 @@ class TinyModel:
                 found = [getattr(m, attr) for m in modules if isinstance(getattr(m, attr, None), torch.nn.Module)]
                 if found:
                     groups[prefix + attr] = found
+        # the class swap reaches every instance of these classes, also those no attribute above names (A.X-K1's
+        # `mlp.post_mlp_layernorm`, the MoE block's output, which the decoder layer adds to its residual)
+        classes = {type(m) for found in groups.values() for m in found}
+        named = {id(m) for found in groups.values() for m in found}
+        for path, module in self.model.named_modules():
+            if type(module) in classes and id(module) not in named:
+                key = "other." + ".".join(p for p in path.split(".") if not p.isdigit())
+                groups.setdefault(key, []).append(module)
         return groups
 
     def run_forward(self) -> torch.Tensor:

@@ -131,6 +131,9 @@ class Identity:
     supported_by: str | None = None  # apply_liger_kernel_to_* when the target already supports it
     source_sha256: str | None = None  # of the modeling file understand read: act refuses a profile of another source
     derived_from: tuple[str, ...] = ()  # the models its modular file builds on (act copies their test tolerances)
+    # the `config.model_type` values Liger's registry maps to the apply function (a model_type with '-', a class
+    # two model types share, a text config with a model_type of its own); empty: model_type alone
+    registry_keys: tuple[str, ...] = ()
 
 
 # Checks beside the 12 decisions: facts no Liger option expresses, so a patch cannot be generated while one needs
@@ -149,6 +152,10 @@ class Profile:
     def model_type(self) -> str:
         return self.identity.model_type
 
+    @property
+    def registry_keys(self) -> tuple[str, ...]:
+        return self.identity.registry_keys or (self.identity.model_type,)
+
     def value(self, key: str) -> Any:
         return self.decisions[key].value
 
@@ -160,6 +167,7 @@ class Profile:
         ident["forward_params"] = list(self.identity.forward_params)
         ident["optional_attrs"] = list(self.identity.optional_attrs)
         ident["derived_from"] = list(self.identity.derived_from)
+        ident["registry_keys"] = list(self.identity.registry_keys)
         return {
             "model_type": self.identity.model_type,
             "causal_lm_class": self.identity.causal_lm_class,
@@ -179,6 +187,7 @@ class Profile:
             ident["forward_params"] = tuple(ident.get("forward_params") or ())
             ident["optional_attrs"] = tuple(ident.get("optional_attrs") or ())
             ident["derived_from"] = tuple(ident.get("derived_from") or ())
+            ident["registry_keys"] = tuple(ident.get("registry_keys") or ())
             identity = Identity(**ident)
             decisions = {k: Decision.from_json(v) for k, v in (data.get("decisions") or {}).items()}
             checks = {k: Decision.from_json(v) for k, v in (data.get("checks") or {}).items()}

@@ -119,6 +119,13 @@ def module_name(model_type: str) -> str:
     return special.get(model_type, model_type).replace("-", "_")
 
 
+def liger_name(model_type: str) -> str:
+    """The name Liger's files and functions are spelled with (`model/<name>.py`, `apply_liger_kernel_to_<name>`):
+    the model_type with '-' as '_', as transformers spells its module (modernbert-decoder -> modernbert_decoder).
+    The registry keeps the model_type itself as its key."""
+    return model_type.replace("-", "_")
+
+
 def display_name(model_type: str, causal_lm_class: str) -> str:
     shipped = mappings().display.get(model_type)
     return shipped or _class_prefix(causal_lm_class)

@@ -15,6 +15,7 @@ import importlib
 import re
 from dataclasses import dataclass
 from dataclasses import field
+from dataclasses import replace
 from pathlib import Path
 
 from pipelines.autopatch import probes
@@ -25,7 +26,9 @@ from pipelines.autopatch.profile import Method
 from pipelines.autopatch.profile import Profile
 from pipelines.autopatch.profile import Status
 from pipelines.autopatch.resolve import ModelRef
+from pipelines.autopatch.resolve import liger_name
 from pipelines.autopatch.resolve import mappings
+from pipelines.autopatch.resolve import module_name
 from pipelines.autopatch.resolve import resolve
 from pipelines.autopatch.source import SourceFile
 from pipelines.autopatch.source import called_names
@@ -185,10 +188,54 @@ def _read_base(facts: Facts) -> None:
             return
     raise PipelineError(
         f"{causal} in {src.relative} builds no base model whose attribute `layers`, `h` or `blocks` holds the "
-        "decoder layers, and its forward calls no submodule of one that does (as OPT's `self.model.decoder(...)`); "
-        "the generated forward and instance patch read base_model.<layers>",
+        "decoder layers, and its forward calls no submodule of one that does (as OPT's `self.model.decoder(...)`)"
+        f": {_why_no_layout(facts)}; the generated forward and instance patch read base_model.<layers>",
         hint="not a decoder-only stack autopatch can lay out",
     )
+
+
+_STACK_ATTRS = ("layers", "h", "blocks")
+_IMAGE_INPUTS = ("pixel_values", "image_patches", "pixel_values_images")
+
+
+def _stacks(src: SourceFile, owner: str, prefix: str, depth: int) -> list[str]:
+    """Paths below `owner` (a class of this file) to attributes holding a layer stack, `depth` levels down at most."""
+    found: list[str] = []
+    for assign in src.self_assignments(owner):
+        if assign.attr in _STACK_ATTRS and assign.classes:
+            found.append(f"{prefix}{assign.attr}")
+        for cls in _local(src, assign.classes) if depth > 0 else []:
+            found += _stacks(src, cls, f"{prefix}{assign.attr}.", depth - 1)
+    return found
+
+
+def _why_no_layout(facts: Facts) -> str:
+    """What the CausalLM builds instead of one stack autopatch can lay out, read from its source."""
+    src, causal = facts.src, facts.ref.causal_lm_class
+    images = [p for p in parameters(src.method(causal, "forward")) if p in _IMAGE_INPUTS]
+    if images:
+        return f"its forward takes {', '.join(images)}: an image-text model (autopatch generates text models only)"
+    assigns = src.self_assignments(causal)
+    head = next((a for a in assigns if a.attr == facts.head_attr), None)
+    if head is not None and any(c.rsplit(".", 1)[-1] == "ModuleList" for c in head.classes):
+        return (
+            f"its vocabulary projection self.{facts.head_attr} is a ModuleList of heads (`{ast.unparse(head.node)[:90]}`)"
+            ": Liger's fused linear cross entropy projects through one weight"
+        )
+    auto = [a for a in assigns if any(c.startswith("AutoModel") for c in a.classes)]
+    if auto:
+        return (
+            f"its decoder is `{ast.unparse(auto[0].node)}`: another model_type's base model, chosen at run time (that "
+            "model's Liger patch covers its layers); this CausalLM's own forward needs a hand-written lce_forward"
+        )
+    stacks = [s for a in assigns for c in _local(src, a.classes) for s in _stacks(src, c, f"{a.attr}.", 2)]
+    if len(stacks) > 1:
+        return f"it runs {len(stacks)} layer stacks ({', '.join(stacks)}): the patch lays out one"
+    if stacks:
+        return (
+            f"its one layer stack is {stacks[0]}, deeper than the forward calls (the patch reads base_model.<layers>)"
+        )
+    return "no attribute of its modules holds a layer stack"
 
 
 def _submodules(src: SourceFile, causal: str, head: str):
@@ -323,11 +370,26 @@ def conditional_attrs(src: SourceFile, class_name: str | None) -> set[str]:
     return guarded - assigned(n for n in ast.walk(init) if id(n) not in inside)
 
 
+def _norm_or_other(src: SourceFile, class_name: str | None) -> set[str]:
+    """Attributes assigned a norm or another module by one expression (ModernBERT-decoder's `nn.LayerNorm(...) if
+    layer_id != 0 else nn.Identity()`): a norm in some instances only."""
+    found = set()
+    for assign in src.self_assignments(class_name) if class_name else []:
+        modules = [c for c in assign.classes if c.rsplit(".", 1)[-1][:1].isupper()]  # constructors, not calls
+        kinds = {bool(norm_family(src, c)) for c in modules}
+        if kinds == {True, False}:
+            found.add(assign.attr)
+    return found
+
+
 def _read_norms(facts: Facts) -> None:
     src = facts.src
     facts.optional_norms = tuple(
-        sorted(conditional_attrs(src, facts.decoder_class))  # norms, and the attention itself (hybrid layers)
-        + sorted(f"{facts.attn_attr}.{a}" for a in conditional_attrs(src, facts.attn_class))
+        sorted(conditional_attrs(src, facts.decoder_class) | _norm_or_other(src, facts.decoder_class))
+        + sorted(
+            f"{facts.attn_attr}.{a}"
+            for a in conditional_attrs(src, facts.attn_class) | _norm_or_other(src, facts.attn_class)
+        )
     )
     for attr, (cls, node) in _norm_assignments(src, facts.decoder_class).items():
         facts.decoder_norms[attr] = cls
@@ -612,6 +674,20 @@ def _slices_the_vocabulary(index: ast.AST) -> bool:
     return reaches_last and not whole
 
 
+def _vocabulary_cut(index: ast.AST) -> ast.AST | None:
+    """n of `[..., :n]` / `[:, :, :n]`: the first n classes, every position kept; None for any other index."""
+    parts = index.elts if isinstance(index, ast.Tuple) else [index]
+    *leading, last = parts
+    whole = all(
+        (isinstance(p, ast.Constant) and p.value is Ellipsis)
+        or (isinstance(p, ast.Slice) and p.lower is None and p.upper is None and p.step is None)
+        for p in leading
+    )
+    if not (leading and whole and _slices_the_vocabulary(index) and isinstance(last, ast.Slice)):
+        return None
+    return last.upper if last.lower is None and last.step is None else None
+
+
 def _passes_through(value: ast.AST, logits: set[str]) -> bool:
     if isinstance(value, ast.Name):
         return value.id in logits
@@ -664,11 +740,51 @@ def _is_tanh(node: ast.AST) -> bool:
     return isinstance(node, ast.Call) and dotted_name(node.func).rsplit(".", 1)[-1] == "tanh" and len(node.args) == 1
 
 
-def logits_op(stmt: ast.stmt, logits: set[str], forward: ast.FunctionDef, head: str) -> dict | None:
+def softcap_functions(src: SourceFile) -> dict[str, tuple[int, int]]:
+    """Functions of the modeling file (top level, or under a top-level `if`) that return `c * tanh(x / c)`: name ->
+    (position of x, position of c). xLSTM's `soft_cap(values, cap_value)`, which returns values when c is None."""
+    found: dict[str, tuple[int, int]] = {}
+    nodes = [n for top in src.tree.body for n in ([top] if not isinstance(top, ast.If) else [*top.body, *top.orelse])]
+    for fn in (n for n in nodes if isinstance(n, ast.FunctionDef)):
+        params = [a.arg for a in fn.args.args]
+        returned = [s.value for s in fn.body if isinstance(s, ast.Return) and s.value is not None]
+        value = returned[-1] if returned else None
+        if not (isinstance(value, ast.BinOp) and isinstance(value.op, ast.Mult)):
+            continue
+        for tanh, cap in ((value.left, value.right), (value.right, value.left)):
+            inner = tanh.args[0] if _is_tanh(tanh) else None
+            if isinstance(inner, ast.BinOp) and isinstance(inner.op, ast.Div) and isinstance(cap, ast.Name):
+                x, c = getattr(inner.left, "id", None), getattr(inner.right, "id", None)
+                if c == cap.id and x in params and c in params and x != c:
+                    found[fn.name] = (params.index(x), params.index(c))
+    return found
+
+
+def logits_op(
+    stmt: ast.stmt,
+    logits: set[str],
+    forward: ast.FunctionDef,
+    head: str,
+    softcap_fns: dict[str, tuple[int, int]] | None = None,
+) -> dict | None:
     """One statement of the forms Liger's fused linear cross entropy can reproduce exactly, as data:
     `logits * s` / `logits / s` (lm_head is linear and bias-free, so the factor folds into the hidden states, as
-    Liger's own falcon_h1 forward does with `lm_head_multiplier`) and `tanh(logits / c) * c` (FLCE's `softcap`)."""
+    Liger's own falcon_h1 forward does with `lm_head_multiplier`) and `tanh(logits / c) * c` (FLCE's `softcap`),
+    written out or as a call of one of `softcap_fns` (`soft_cap(logits, self.config.output_logit_soft_cap)`)."""
     value = stmt.value
+    if isinstance(stmt, ast.Assign) and isinstance(value, ast.Subscript) and _is_logits(value.value, logits, head):
+        # `logits[..., :n]` (Inkling: a padded vocabulary cut to config.unpadded_vocab_size): the loss of the first n
+        # classes is FLCE's with the head's first n weight rows (`weight[:None]` is all of them, as the HF slice
+        # is skipped where n is None)
+        upper = _vocabulary_cut(value.slice)
+        cut = _scalar_expr(upper, forward) if upper is not None else None
+        return {"vocab_slice": cut} if cut else None
+    if isinstance(value, ast.Call) and getattr(value.func, "id", None) in (softcap_fns or {}):
+        x, c = (softcap_fns or {})[value.func.id]
+        if len(value.args) == 2 and not value.keywords and _is_logits(value.args[x], logits, head):
+            cap = _scalar_expr(value.args[c], forward)
+            return {"softcap": cap} if cap else None
+        return None
     if isinstance(stmt, ast.AugAssign):
         if not (isinstance(stmt.op, ast.Mult | ast.Div) and _is_logits(stmt.target, logits, head)):
             return None
@@ -720,6 +836,65 @@ def _head_input_passes_through(stmt: ast.stmt, hidden: set[str], head: str) -> b
     outputs[0])`), sliced or cast at most: a scale inside the call (`lm_head(h * s)`) is a transform too."""
     calls = [n for n in ast.walk(stmt.value) if isinstance(n, ast.Call) and dotted_name(n.func) == f"self.{head}"]
     return all(len(c.args) == 1 and _hidden_passes_through(c.args[0], hidden, read=True) for c in calls)
+
+
+def _pre_head(stmt: ast.stmt, hidden: set[str], facts: Facts) -> str | None:
+    """`self.decoder(self.lm_head(h))` (ModernBERT-decoder: a prediction head, dense + activation + norm, before the
+    vocabulary projection): `self.lm_head` when the head's one argument is a call of another module the CausalLM
+    builds in its __init__, on the hidden state as the base model returned it. Not a transform of the logits: the
+    loss is that of `head(module(h))`, and FLCE computes it from `module(h)` and the head's weight."""
+    value = stmt.value
+    if not (isinstance(value, ast.Call) and dotted_name(value.func) == f"self.{facts.head_attr}"):
+        return None
+    if len(value.args) != 1 or value.keywords or not isinstance(value.args[0], ast.Call):
+        return None
+    inner = value.args[0]
+    name = dotted_name(inner.func)
+    own = {a.attr for a in facts.src.self_assignments(facts.ref.causal_lm_class) if a.classes}
+    attr = name.removeprefix("self.")
+    if not name.startswith("self.") or attr not in own or attr in (facts.head_attr, facts.base_attr.split(".")[0]):
+        return None
+    if len(inner.args) != 1 or inner.keywords or not _hidden_passes_through(inner.args[0], hidden, read=True):
+        return None
+    return name
+
+
+def head_scale(facts: Facts) -> tuple[str, ast.AST] | None:
+    """The factor a head class of the modeling file multiplies its linear output by, as an expression on the head
+    (`self.lm_head.logit_scale.float() * self.lm_head.logit_scale_factor`): Dory's `DoryLMHead(nn.Linear)` returns
+    `super().forward(h).float() * (self.logit_scale.float() * self.logit_scale_factor)`. A per-class (or scalar)
+    factor is a factor on the weight's rows, so FLCE gets `weight * factor[:, None]`. None for a plain head."""
+    src, head = facts.src, facts.head_attr
+    assign = next((a for a in src.self_assignments(facts.ref.causal_lm_class) if a.attr == head), None)
+    local = _local(src, assign.classes) if assign else []
+    forward = src.method(local[0], "forward") if local else None
+    if forward is None or not any(b.rsplit(".", 1)[-1] == "Linear" for b in src.external_bases(local[0])):
+        return None
+    linear: set[str] = set()
+    for stmt in forward.body:
+        if isinstance(stmt, ast.Assign) and _is_linear_output(stmt.value):
+            linear |= {t.id for t in stmt.targets if isinstance(t, ast.Name)}
+    returned = forward.body[-1].value if isinstance(forward.body[-1], ast.Return) else None
+    if not (isinstance(returned, ast.BinOp) and isinstance(returned.op, ast.Mult)):
+        return None
+    for out, factor in ((returned.left, returned.right), (returned.right, returned.left)):
+        is_out = (isinstance(out, ast.Name) and out.id in linear) or _is_linear_output(out)
+        reads = [n for n in ast.walk(factor) if isinstance(n, ast.Name)]
+        if is_out and reads and all(n.id == "self" for n in reads):  # only the head's own attributes
+            return ast.unparse(factor).replace("self.", f"self.{head}."), forward.body[-1]
+    return None
+
+
+def _is_linear_output(node: ast.AST) -> bool:
+    """`super().forward(x)`, optionally cast (`.float()`): nn.Linear's own output."""
+    while (
+        isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute) and node.func.attr in _LOGITS_PASS_THROUGH
+    ):
+        node = node.func.value
+    if not (isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute) and node.func.attr == "forward"):
+        return False
+    inner = node.func.value
+    return isinstance(inner, ast.Call) and getattr(inner.func, "id", None) == "super"
 
 
 def lm_head_has_bias(src, causal_lm_class: str, head: str) -> bool | None:
@@ -786,6 +961,35 @@ def _own_loss(forward: ast.FunctionDef) -> ast.stmt | None:
     )
 
 
+def _unshifted_cross_entropy(own_loss: ast.stmt, forward: ast.FunctionDef, logits: set[str]) -> bool:
+    """`loss_fct(logits.view(-1, V), labels.view(-1))` with `loss_fct = CrossEntropyLoss()` bound in the forward
+    (TrOCR, Whisper's decoder): a plain mean over the tokens whose label is not -100, no shift."""
+    call = own_loss.value
+    if not (isinstance(call, ast.Call) and isinstance(call.func, ast.Name) and len(call.args) == 2):
+        return False
+    bound = [
+        s.value
+        for s in statements(forward.body)
+        if isinstance(s, ast.Assign) and any(getattr(t, "id", None) == call.func.id for t in s.targets)
+    ]
+    plain = (
+        len(bound) == 1
+        and isinstance(bound[0], ast.Call)
+        and dotted_name(bound[0].func).rsplit(".", 1)[-1] == "CrossEntropyLoss"
+        and not bound[0].args
+        and not bound[0].keywords
+    )
+
+    def flattened(node: ast.AST, names: set[str], rank: int) -> bool:
+        ok = isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute)
+        ok = ok and node.func.attr in ("view", "reshape") and len(node.args) == rank and not node.keywords
+        first = node.args[0] if ok else None
+        is_minus_one = isinstance(first, ast.UnaryOp) and getattr(first.operand, "value", None) == 1
+        return ok and is_minus_one and getattr(node.func.value, "id", None) in names
+
+    return plain and flattened(call.args[0], logits, 2) and flattened(call.args[1], {"labels"}, 1)
+
+
 def decide_logits_transform(facts: Facts) -> Decision:
     """Settled None when CausalLM.forward passes lm_head's output to the loss untouched (slicing, casts and
     config-driven softcapping aside); settled with the ops as data (`[{"multiply": "self.logit_scale"}]`,
@@ -796,6 +1000,7 @@ def decide_logits_transform(facts: Facts) -> Decision:
     outputs: set[str] = set()  # what self.<base>(...) returned
     hidden: set[str] = set()  # the base model's last hidden state, on its way to lm_head
     extra: list[ast.stmt] = []
+    pre_heads: list[dict] = []  # the CausalLM's own modules between the hidden state and the head (as data)
     for stmt in statements(forward.body):
         if not isinstance(stmt, ast.Assign | ast.AugAssign | ast.AnnAssign) or stmt.value is None:
             continue
@@ -817,8 +1022,11 @@ def decide_logits_transform(facts: Facts) -> Decision:
             continue
         if head_call:
             logits |= names
+            pre_head = _pre_head(stmt, hidden, facts)
+            if pre_head:
+                pre_heads.append({"pre_head": pre_head})
             # Falcon-H1: self.lm_head(h) * self.model.lm_head_multiplier; a scale inside the call: lm_head(h * s)
-            if not _is_lm_head_output(stmt.value, facts.head_attr) or not _head_input_passes_through(
+            elif not _is_lm_head_output(stmt.value, facts.head_attr) or not _head_input_passes_through(
                 stmt, hidden, facts.head_attr
             ):
                 extra.append(stmt)
@@ -831,12 +1039,35 @@ def decide_logits_transform(facts: Facts) -> Decision:
         reason = f"{facts.ref.causal_lm_class}.forward calls no self.{facts.head_attr}"
         return Decision(None, Method.AST, (facts.src.evidence(forward, max_lines=30),), Status.NEEDS_REVIEW, reason)
     own_loss = _own_loss(forward)
-    if own_loss is not None:
+    markers, said = list(pre_heads), []
+    scale = head_scale(facts)
+    if scale:
+        markers.append({"head_scale": scale[0]})
+        said.append(
+            f"self.{facts.head_attr}'s own forward scales its linear output: `{ast.unparse(scale[1])}`; FLCE gets its "
+            f"weight with each row scaled by `{scale[0]}`"
+        )
+    if pre_heads:
+        modules = ", ".join(op["pre_head"] for op in pre_heads)
+        said.append(
+            f"the hidden states pass through {modules} (a module of the CausalLM's own) before the vocabulary "
+            f"projection self.{facts.head_attr}: FLCE takes that module's output as its hidden states"
+        )
+    if own_loss is not None and _unshifted_cross_entropy(own_loss, forward, logits):
+        markers.append({"unshifted_labels": True})
+        said.append(
+            f"the loss is `{ast.unparse(own_loss)}`: the mean cross entropy of logits[:, i] against labels[:, i], "
+            "which FLCE and transformers' loss compute when handed the labels as `shift_labels`"
+        )
+    elif own_loss is not None:
         reason = (
             f"the loss is `{ast.unparse(own_loss)}`, not `self.loss_function` (transformers' causal-LM loss, which "
             "shifts the labels by one as Liger's fused linear cross entropy forward does)"
         )
         return Decision(None, Method.AST, (facts.src.evidence(own_loss),), Status.NEEDS_REVIEW, reason)
+    if not extra and markers:
+        evidence = (facts.src.evidence(forward, max_lines=40),) + ((facts.src.evidence(own_loss),) if own_loss else ())
+        return Decision(markers, Method.AST, evidence, Status.SETTLED, "; ".join(said))
     if not extra:
         evidence = (facts.src.evidence(forward, max_lines=40),)
         return Decision(
@@ -844,11 +1075,14 @@ def decide_logits_transform(facts: Facts) -> Decision:
         )
     found = "; ".join(ast.unparse(s) for s in extra)
     evidence = tuple(facts.src.evidence(s) for s in extra)
-    ops = [logits_op(s, logits | hidden, forward, facts.head_attr) for s in extra]
-    scales_only = all(ops) and not any("softcap" in op for op in ops) and lm_head_bias_free(facts)
-    if scales_only or (len(ops) == 1 and ops[0] and "softcap" in ops[0]):
+    fns = softcap_functions(facts.src)
+    ops = [logits_op(s, logits | hidden, forward, facts.head_attr, fns) for s in extra]
+    cuts = [op for op in ops if op and "vocab_slice" in op]  # a cut of the vocabulary commutes with the others
+    ops_ = [op for op in ops if not (op and "vocab_slice" in op)]
+    scales_only = all(ops_) and not any("softcap" in op for op in ops_) and (not ops_ or lm_head_bias_free(facts))
+    if len(cuts) <= 1 and (scales_only or (len(ops_) == 1 and ops_[0] and "softcap" in ops_[0])):
         reason = f"the logits are transformed between lm_head and the loss: {found}; FLCE reproduces it exactly"
-        return Decision(ops, Method.AST, evidence, Status.SETTLED, reason)
+        return Decision(markers + ops, Method.AST, evidence, Status.SETTLED, "; ".join([*said, reason]))
     reason = f"the logits are transformed between lm_head and the loss: {found}"
     if all(ops) and not lm_head_bias_free(facts):
         reason += " (lm_head has a bias: the scale cannot be folded into the hidden states)"
@@ -1118,16 +1352,53 @@ def build_tiny(ref: ModelRef, module, config_class, facts: Facts) -> probes.Tiny
             why = f"transformers' own default {config_class.__name__}() cannot build {facts.base_class} either"
         else:
             why = f"{facts.base_class} cannot be built and run at any CPU-sized config (its default config builds)"
+        siblings = [m for m, c in mappings().causal.items() if c == ref.causal_lm_class and m != ref.model_type]
+        if multimodal:
+            why += (
+                f"; it is an image-text model_type whose {ref.causal_lm_class} is also {', '.join(siblings)}'s"
+                if siblings
+                else "; it is an image-text model whose text part has no model_type of its own"
+            )
         raise PipelineError(
-            f"{ref.model_type}: the probes' tiny model fails ({what}); {why}"
-            + ("; it is an image-text model whose text part has no model_type of its own" if multimodal else ""),
+            f"{ref.model_type}: the probes' tiny model fails ({what}); {why}",
             hint="nothing can be proven about this model on the CPU; patch it by hand or fix the modeling code",
         ) from None
+
+
+def own_config_class(src: SourceFile, ref: ModelRef) -> str:
+    """The config class the CausalLM is built with: its `config: X` annotation (Emu3ForCausalLM takes
+    Emu3TextConfig, not the image-text Emu3Config that transformers maps emu3 to), else the mapped one."""
+    for owner in src.lineage(ref.causal_lm_class):
+        for node in src.classes[owner].body if owner in src.classes else []:
+            target = getattr(node, "target", None)
+            if isinstance(node, ast.AnnAssign) and getattr(target, "id", None) == "config":
+                annotation = node.annotation
+                is_text = isinstance(annotation, ast.Constant) and isinstance(annotation.value, str)
+                name = annotation.value if is_text else dotted_name(annotation)
+                if re.fullmatch(r"[A-Za-z_][A-Za-z0-9_]*Config", name) and configuration_path(ref.module_name, name):
+                    return name
+    return ref.config_class
+
+
+def registry_keys(ref: ModelRef, config_src: SourceFile | None) -> tuple[str, ...]:
+    """Every `config.model_type` a model of this CausalLM class reports, so Liger's registry finds it: the model
+    types transformers maps to the class (dots3_note and dots3_note_text), and its config class's own model_type
+    (Emu3TextConfig: emu3_text_model), as Liger registers mllama_text_model beside mllama."""
+    maps = mappings()
+    keys = [ref.model_type]
+    keys += [m for m, cls in maps.causal.items() if cls == ref.causal_lm_class and module_name(m) == ref.module_name]
+    node = config_src.class_attribute(ref.config_class, "model_type") if config_src else None
+    if node is not None and isinstance(node.value, ast.Constant) and isinstance(node.value.value, str):
+        keys.append(node.value.value)
+    return tuple(dict.fromkeys(k for k in keys if k))
 
 
 def understand(name: str) -> Profile:
     ref = resolve(name)
     facts = read_facts(ref)
+    own = own_config_class(facts.src, ref)
+    if own != ref.config_class:
+        ref = facts.ref = replace(ref, config_class=own)
     config_path = configuration_path(ref.module_name, ref.config_class)
     config_src = load(config_path) if config_path else None
     package = f"transformers.models.{ref.module_name}"
@@ -1154,7 +1425,10 @@ def understand(name: str) -> Profile:
         "logit_softcapping": decide_softcapping(facts, config_src),
         "norm_attrs": decide_norm_attrs(facts),
     }
-    return Profile(identity(facts, built), decisions, {"logits_transform": decide_logits_transform(facts)})
+    keys = registry_keys(ref, config_src)
+    named = liger_name(ref.model_type)
+    ident = replace(identity(facts, built), model_type=named, registry_keys=() if keys == (named,) else keys)
+    return Profile(ident, decisions, {"logits_transform": decide_logits_transform(facts)})
 
 
 def modeling_file(profile: Profile) -> Path:

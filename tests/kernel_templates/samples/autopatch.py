@@ -46,6 +46,21 @@ def _extras(plan: act.Plan) -> dict:
         # nemotron's sample: a vocabulary projection not named lm_head (BioGPT's output_projection), read directly
         "output_head": "output_projection" if plan.model_type == "nemotron" else "lm_head",
         "direct_loss": plan.model_type in ("gemma", "nemotron"),  # a softcap or another head name
+        # nemotron's sample also: a prediction head before the projection (ModernBERT-decoder), labels not shifted
+        # (TrOCR), a vocabulary cut (Inkling) of a head that scales its rows (Dory), no logits_to_keep (xLSTM)
+        "pre_heads": ["self.lm_head"] if plan.model_type == "nemotron" else [],
+        "unshifted_labels": plan.model_type == "nemotron",
+        "vocab_cut": "self.config.unpadded_vocab_size" if plan.model_type == "nemotron" else None,
+        "head_scaled": plan.model_type == "nemotron",
+        "head_weight": "self.output_projection.weight[: self.config.unpadded_vocab_size] * torch.as_tensor("
+        "self.output_projection.scale).reshape(-1, 1)[: self.config.unpadded_vocab_size]"
+        if plan.model_type == "nemotron"
+        else "self.lm_head.weight",
+        "head_bias": "self.output_projection.bias[: self.config.unpadded_vocab_size]"
+        if plan.model_type == "nemotron"
+        else "self.lm_head.bias",
+        "keeps_logits": plan.model_type != "nemotron",
+        "auto_mapped": plan.model_type != "nemotron",  # a config class in no auto mapping (Emu3TextConfig)
         **_rms_norm_subclass(plan),
     }
 

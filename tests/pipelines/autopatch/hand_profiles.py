@@ -62,6 +62,17 @@ MODELS = {
     "helium": ("Helium", "Helium", {**DENSE, "rope": "interleaved"}, {}),  # rotate_half on even/odd pairs
     "seed_oss": ("Seed-OSS", "SeedOss", DENSE, {}),
     "hyperclovax": ("HyperCLOVA X", "HyperCLOVAX", DENSE, {}),
+    # a CausalLM built with a text config that no auto mapping knows (model_type emu3_text_model)
+    "emu3": (
+        "Emu3",
+        "Emu3",
+        DENSE,
+        {
+            "config_class": "Emu3TextConfig",
+            "base_model_class": "Emu3TextModel",
+            "registry_keys": ("emu3", "emu3_text_model"),
+        },
+    ),
     "olmoe": (
         "OLMoE",
         "Olmoe",

@@ -93,6 +93,25 @@ def test_a_stack_one_level_down_that_the_forward_does_not_call_is_refused():
         understand("musicgen")
 
 
+@pytest.mark.parametrize(
+    ("model", "why"),
+    [
+        ("musicgen", "self.lm_heads is a ModuleList of heads"),  # one head per codebook
+        ("git", "its forward takes pixel_values: an image-text model"),
+        ("hrm_text", "it runs 2 layer stacks (model.L_module.layers, model.H_module.layers)"),
+        ("cpmant", "its one layer stack is cpmant.encoder.layers, deeper than the forward calls"),
+        ("gemma4_assistant", "its decoder is `self.model = AutoModel.from_config(text_config)`"),
+    ],
+)
+def test_a_layout_refusal_says_what_the_causal_lm_builds_instead(model, why):
+    from pipelines.autopatch.resolve import resolve
+    from pipelines.autopatch.understand import read_facts
+
+    with pytest.raises(PipelineError) as caught:
+        read_facts(resolve(model))  # AST only
+    assert why in caught.value.message
+
+
 def test_mixer_only_layers_patch_the_norms_and_the_loss():
     profile = understand("mamba")
     assert profile.value("structure") == "dense" and profile.value("mlp_kind") == "none"
@@ -119,11 +138,32 @@ def test_read_only_and_validated_config_fields_keep_their_defaults():
     assert kwargs["hidden_size"] == probes.TINY_CONFIG["hidden_size"]
 
 
-def test_a_model_its_own_default_config_cannot_build_is_refused_with_the_reason():
+def test_a_model_its_own_default_config_cannot_build_is_refused_with_the_reason(monkeypatch):
+    import types
+
+    import torch
+    from transformers import LlamaConfig
+
+    from pipelines.autopatch.resolve import ModelRef
+    from pipelines.autopatch.understand import build_tiny
+
+    class BrokenModel(torch.nn.Module):  # a modeling bug no config repairs: transformers' own default fails too
+        def __init__(self, config):
+            super().__init__()
+            raise TypeError("unsupported operand type(s) for //: 'NoneType' and 'NoneType'")
+
+    monkeypatch.setattr(probes, "_UNBUILDABLE", {})
+    monkeypatch.setattr(probes, "_REPAIRS", {})
+    ref = ModelRef("broken", "BrokenForCausalLM", "LlamaConfig", "llama", "Broken")
     with pytest.raises(PipelineError) as caught:
-        understand("dbrx")
+        build_tiny(
+            ref,
+            types.SimpleNamespace(BrokenModel=BrokenModel),
+            LlamaConfig,
+            types.SimpleNamespace(base_class="BrokenModel"),
+        )
     message = caught.value.message
-    assert "rope_theta" in message and "DbrxConfig() cannot build DbrxModel" in message
+    assert "TypeError: unsupported operand" in message and "LlamaConfig() cannot build BrokenModel" in message
 
 
 def test_a_model_type_with_a_dash_is_refused_with_why():
@@ -131,12 +171,47 @@ def test_a_model_type_with_a_dash_is_refused_with_why():
         act.validate_model_type("modernbert-decoder")
 
 
-@pytest.mark.slow
-def test_a_hidden_state_scaled_before_lm_head_is_folded_and_a_vocabulary_slice_is_not():
-    minicpm3 = understand("minicpm3").checks["logits_transform"]
+def test_a_hidden_state_scaled_before_lm_head_is_folded_and_a_vocabulary_cut_takes_the_head_s_first_rows():
+    from pipelines.autopatch.resolve import resolve
+    from pipelines.autopatch.understand import decide_logits_transform
+    from pipelines.autopatch.understand import read_facts
+
+    minicpm3 = decide_logits_transform(read_facts(resolve("minicpm3")))
     assert minicpm3.status is Status.SETTLED and minicpm3.value == [{"divide": "self.config.logits_scaling"}]
-    inkling = understand("inkling_text").checks["logits_transform"]  # logits[..., :unpadded_vocab_size]
-    assert inkling.status is Status.NEEDS_REVIEW and "unpadded_vocab_size" in inkling.reason
+    inkling = decide_logits_transform(read_facts(resolve("inkling_text")))  # logits[..., :unpadded_vocab_size]
+    assert inkling.status is Status.SETTLED
+    assert inkling.value == [
+        {"divide": "self.config.logits_mup_width_multiplier"},
+        {"vocab_slice": "self.config.unpadded_vocab_size"},
+    ]
+
+
+@pytest.mark.parametrize(
+    ("statement", "op"),
+    [
+        ("logits = logits[..., :n]", {"vocab_slice": "n"}),
+        ("logits = logits[:, :, :self.config.n]", {"vocab_slice": "self.config.n"}),
+        ("logits = logits[..., 1:]", None),  # not the first classes
+        ("logits = logits[..., :n:2]", None),
+        ("logits = logits[0, :, :n]", None),  # a position dropped too
+    ],
+)
+def test_only_a_cut_to_the_first_classes_is_a_vocabulary_slice(statement, op):
+    forward = _forward_of(f"def forward(self, h):\n    n = self.config.n\n    {statement}\n")
+    expected = {"vocab_slice": "self.config.n"} if op else None
+    assert logits_op(forward.body[-1], {"logits"}, forward, "lm_head") == expected
+
+
+def test_a_head_class_that_scales_its_linear_output_scales_the_weight_rows_flce_gets():
+    from pipelines.autopatch.resolve import resolve
+    from pipelines.autopatch.understand import decide_logits_transform
+    from pipelines.autopatch.understand import read_facts
+
+    dory = decide_logits_transform(read_facts(resolve("dory")))  # DoryLMHead: linear(h).float() * scale
+    factor = "self.lm_head.logit_scale.float() * self.lm_head.logit_scale_factor"
+    assert dory.status is Status.SETTLED and dory.value == [{"head_scale": factor}]
+    plain = decide_logits_transform(read_facts(resolve("llama")))
+    assert plain.status is Status.SETTLED and plain.value is None
 
 
 def test_hybrid_stacks_of_several_layer_classes_patch_each_norm_where_it_exists():
@@ -146,7 +221,7 @@ def test_hybrid_stacks_of_several_layer_classes_patch_each_norm_where_it_exists(
     assert optional["input_layernorm"] is True  # only the linear-attention layers have it
     assert optional["post_attention_layernorm"] is False  # every layer class has it
     function = act.render.render("autopatch/monkey_patch_fn.py.j2", **plan.context())
-    assert 'if getattr(decoder_layer, "input_layernorm", None) is not None:' in function
+    assert 'if getattr(getattr(decoder_layer, "input_layernorm", None), "weight", None) is not None:' in function
 
 
 def test_a_norm_attribute_that_may_hold_a_weightless_wrapper_is_not_patched():
@@ -269,11 +344,80 @@ def test_a_head_not_named_lm_head_is_read_from_get_output_embeddings_and_reaches
     ast.parse(forward)
 
 
-def test_a_loss_on_unshifted_labels_is_refused_with_its_line():
+def test_a_plain_loss_on_unshifted_labels_hands_them_over_as_shift_labels():
     from pipelines.autopatch.resolve import resolve
     from pipelines.autopatch.understand import decide_logits_transform
     from pipelines.autopatch.understand import read_facts
 
     decision = decide_logits_transform(read_facts(resolve("trocr")))  # CrossEntropyLoss, labels not shifted
-    assert decision.status is Status.NEEDS_REVIEW and "not `self.loss_function`" in decision.reason
-    assert "loss_fct(logits.view(-1, self.config.vocab_size), labels.view(-1))" in decision.evidence[0].snippet
+    assert decision.status is Status.SETTLED and decision.value == [{"unshifted_labels": True}]
+    assert "loss_fct(logits.view(-1, self.config.vocab_size), labels.view(-1))" in decision.evidence[-1].snippet
+    forward = act.render_lce_forward(act.plan(understand("trocr")))
+    assert "shift_labels, labels = labels, None" in forward and 'kwargs.pop("num_items_in_batch", None)' in forward
+    ast.parse(forward)
+
+
+@pytest.mark.parametrize(
+    ("loss_fct", "loss", "plain"),
+    [
+        ("CrossEntropyLoss()", "loss_fct(logits.view(-1, V), labels.view(-1))", True),
+        ("nn.CrossEntropyLoss()", "loss_fct(logits.reshape(-1, V), labels.reshape(-1))", True),
+        ('CrossEntropyLoss(reduction="sum")', "loss_fct(logits.view(-1, V), labels.view(-1))", False),
+        ("CrossEntropyLoss()", "loss_fct(logits[:, :-1].view(-1, V), labels[:, 1:].view(-1))", False),  # shifted
+        ("CrossEntropyLoss()", "loss_fct(scores.view(-1, V), labels.view(-1))", False),  # not the logits
+    ],
+)
+def test_only_a_default_cross_entropy_on_the_flat_logits_and_labels_counts_as_unshifted(loss_fct, loss, plain):
+    from pipelines.autopatch.understand import _unshifted_cross_entropy
+
+    forward = _forward_of(f"def forward(self, labels):\n    loss_fct = {loss_fct}\n    loss = {loss}\n")
+    assert _unshifted_cross_entropy(forward.body[-1], forward, {"logits"}) is plain
+
+
+def test_a_softcap_written_as_a_helper_function_is_passed_to_flce():
+    from pipelines.autopatch.resolve import resolve
+    from pipelines.autopatch.understand import decide_logits_transform
+    from pipelines.autopatch.understand import read_facts
+    from pipelines.autopatch.understand import softcap_functions
+
+    class Src:  # the helper's forms: c * tanh(x / c), tanh(x / c) * c; anything else is no softcap
+        tree = ast.parse(
+            "def cap(values, c=None):\n    if c is None:\n        return values\n    return c * torch.tanh(values / c)\n"
+            "if flag:\n    def cap2(c, x):\n        return torch.tanh(x / c) * c\n"
+            "def not_cap(x, c):\n    return c * torch.tanh(x * c)\n"
+        )
+
+    assert softcap_functions(Src) == {"cap": (0, 1), "cap2": (1, 0)}
+    forward = _forward_of("def forward(self, h):\n    logits = cap(logits, self.config.cap)\n")
+    assert logits_op(forward.body[-1], {"logits"}, forward, "lm_head", {"cap": (0, 1)}) == {
+        "softcap": "self.config.cap"
+    }
+    assert logits_op(forward.body[-1], {"logits"}, forward, "lm_head", {}) is None
+    xlstm = decide_logits_transform(read_facts(resolve("xlstm")))  # `soft_cap(logits, self.config.output_...)`
+    assert xlstm.status is Status.SETTLED and xlstm.value == [{"softcap": "self.config.output_logit_soft_cap"}]
+
+
+def test_a_module_between_the_hidden_state_and_the_head_feeds_flce():
+    profile = understand("modernbert-decoder")  # logits = self.decoder(self.lm_head(hidden_states))
+    check = profile.checks["logits_transform"]
+    assert check.status is Status.SETTLED and check.value == [{"pre_head": "self.lm_head"}]
+    forward = act.render_lce_forward(act.plan(profile))
+    assert "kept_hidden_states = self.lm_head(kept_hidden_states)" in forward
+    assert "lm_head_weight=self.decoder.weight" in forward and "bias=self.decoder.bias" in forward
+    assert "logits = self.decoder(kept_hidden_states)" in forward
+    ast.parse(forward)
+    assert profile.model_type == "modernbert_decoder" and profile.registry_keys == ("modernbert-decoder",)
+
+
+def test_a_norm_that_some_layers_replace_by_another_module_is_patched_where_it_has_a_weight():
+    from pipelines.autopatch.resolve import resolve
+    from pipelines.autopatch.understand import read_facts
+
+    # ModernBERT-decoder: `self.attn_norm = nn.LayerNorm(...) if layer_id != 0 else nn.Identity()`
+    assert read_facts(resolve("modernbert-decoder")).optional_norms == ("attn_norm",)
+    assert read_facts(resolve("llama")).optional_norms == ()
+    plan = act.plan(understand("modernbert-decoder"))
+    patch = act.render.render("autopatch/monkey_patch_fn.py.j2", **plan.context())
+    assert 'if getattr(getattr(decoder_layer, "attn_norm", None), "weight", None) is not None:' in patch
+    test = act.render_instance_test(plan)
+    assert 'getattr(getattr(layer, "attn_norm", None), "weight", None) is None or' in test

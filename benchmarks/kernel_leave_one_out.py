@@ -149,7 +149,7 @@ CASES = [
     ),
     Case(
         "loo_swiglu",
-        "test/transformers/test_swiglu.py:_ref_silu_mul",
+        f"{REFS}:silu_mul",
         "swiglu",
         {"LigerSiLUMulFunction": "function", "liger_swiglu": "functional"},
         "functional or silumul",

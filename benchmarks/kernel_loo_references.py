@@ -14,6 +14,15 @@ class TorchSoftmax(torch.nn.Softmax):
         super().__init__(dim=-1)
 
 
+def silu_mul(a, b, gate_multiplier=1.0, down_multiplier=1.0):
+    """test/transformers/test_swiglu.py:_torch_silu_mul_ref (`silu(a * gate_multiplier) * b * down_multiplier`, in the
+    inputs' dtype), the reference test_correctness_silumul_with_multipliers holds LigerSiLUMulFunction to, with the
+    Function's defaults (1.0, 1.0; the test file's own function has none). Not the file's `_ref_silu_mul`: that one is
+    an fp32 oracle (`a.float()`, `b.float()`), so a kernel generated from it is, faithfully, fp32 out for bf16 in,
+    where LigerSiLUMulFunction returns the inputs' dtype."""
+    return torch.nn.functional.silu(a * gate_multiplier) * b * down_multiplier
+
+
 def gelu_gate_mul(a, b):
     """test/transformers/test_geglu.py tests LigerGELUMulFunction inside transformers' LlamaMLP with
     hidden_act="gelu_pytorch_tanh" (`down_proj(act_fn(gate_proj(x)) * up_proj(x))`): the element-wise part."""

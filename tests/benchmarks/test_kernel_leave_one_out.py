@@ -1,0 +1,116 @@
+"""The kernel leave-one-out's cases: what a case's reference makes the engine write, run under TRITON_INTERPRET=1."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+
+import pytest
+import torch
+
+from benchmarks import kernel_leave_one_out as kloo
+from benchmarks import kernel_leave_one_out_gpu as gpu
+
+# one process with TRITON_INTERPRET=1 from its start (triton.language's own jit functions are made at import): the
+# engine writes the case's ops file, then Liger's test_correctness_silumul_with_multipliers runs on it in bf16
+# (`_torch_silu_mul_ref` against LigerSiLUMulFunction.apply(a, b, gate, down); assert_close checks the dtype)
+_RUN = """
+import importlib.util, sys
+from pathlib import Path
+import torch
+from pipelines.kernel import act, spec, understand
+text, root, name, tmp = sys.argv[1], Path(sys.argv[2]), sys.argv[3], Path(sys.argv[4])
+u = understand.understand(spec.resolve(text, root, name), root)
+assert u.output_dtypes == ["input"], u.output_dtypes
+assert u.runtime_floats == ["gate_multiplier", "down_multiplier"], u.runtime_floats
+(tmp / "gen_ops.py").write_text(act.render_files(u)[str(act.KernelFiles.of(name).ops)])
+loaded = importlib.util.spec_from_file_location("gen_ops", tmp / "gen_ops.py")
+gen_ops = importlib.util.module_from_spec(loaded)
+loaded.loader.exec_module(gen_ops)
+function = next(getattr(gen_ops, n) for n in dir(gen_ops) if n.endswith("Function"))
+torch.manual_seed(0)
+a, b = (torch.randn(9, 7, 41, dtype=torch.bfloat16) for _ in range(2))
+a1, b1, a2, b2 = (t.clone().requires_grad_(True) for t in (a, b, a, b))
+y_ref = torch.nn.functional.silu(a1 * 0.7) * b1 * 1.3
+y = function.apply(a2, b2, 0.7, 1.3)
+torch.testing.assert_close(y_ref, y, atol=1e-1, rtol=1e-2)
+grad = torch.randn_like(y_ref)
+y_ref.backward(grad.clone())
+y.backward(grad.clone())
+torch.testing.assert_close(a1.grad, a2.grad, atol=1e-1, rtol=1e-2)
+torch.testing.assert_close(b1.grad, b2.grad, atol=1e-1, rtol=1e-2)
+print("ok")
+"""
+
+
+def test_the_swiglu_case_gives_liger_s_dtype_bf16_out_for_bf16_in_with_multipliers(liger_checkout, tmp_path):
+    """The first H200 run: 6 bf16 cases of Liger's multipliers test failed on `bfloat16 != float32`, the case then
+    pointing at the test file's `_ref_silu_mul`, an fp32 oracle (`a.float()`) the engine followed faithfully. The
+    case's reference now returns the inputs' dtype, as LigerSiLUMulFunction does."""
+    case = next(c for c in kloo.CASES if c.name == "loo_swiglu")
+    text = str(kloo.ROOT / case.spec) if case.spec.startswith("benchmarks/") else case.spec
+    env = {**os.environ, "TRITON_INTERPRET": "1", "PYTHONPATH": os.pathsep.join([str(kloo.ROOT), *sys.path])}
+    argv = [sys.executable, "-c", _RUN, text, str(liger_checkout.root), case.name, str(tmp_path)]
+    proc = subprocess.run(argv, capture_output=True, text=True, env=env, cwd=kloo.ROOT, timeout=300)
+    assert proc.returncode == 0 and proc.stdout.strip().endswith("ok"), proc.stderr[-3000:]
+
+
+class _OneBackwardPerGraph(torch.autograd.Function):
+    """torch.compile's backward with donated buffers: a second backward of one graph raises."""
+
+    @staticmethod
+    def forward(ctx, x):
+        ctx.done = False
+        return x * 2
+
+    @staticmethod
+    def backward(ctx, dy):
+        if ctx.done:
+            raise RuntimeError("This backward function was compiled with non-empty donated buffers")
+        ctx.done = True
+        return dy * 2
+
+
+class _GradsIntoInputs(torch.autograd.Function):
+    """Liger's LigerSiLUMulFunction: views of the inputs made in forward (no_grad), saved, and its backward writes
+    da, db into them and returns them."""
+
+    @staticmethod
+    def forward(ctx, a, b):
+        a, b = a.view(-1, a.shape[-1]), b.view(-1, b.shape[-1])
+        ctx.save_for_backward(a, b)
+        return torch.nn.functional.silu(a) * b
+
+    @staticmethod
+    def backward(ctx, dc):
+        a, b = ctx.saved_tensors
+        s = torch.sigmoid(a)
+        db = dc * a * s
+        a.copy_(dc * b * s * (1 + a * (1 - s)))
+        b.copy_(db)
+        return a, b
+
+
+class _Layer(torch.nn.Module):
+    def __init__(self, fn):
+        super().__init__()
+        self.fn = fn
+        self.scale = torch.nn.Parameter(torch.ones(16))
+
+    def forward(self, *xs):
+        return self.fn.apply(*xs) * self.scale
+
+
+@pytest.mark.parametrize("fn", [_OneBackwardPerGraph, _GradsIntoInputs], ids=["donated-buffers", "grads-into-inputs"])
+def test_every_timed_backward_has_its_own_graph_and_fresh_leaves(fn):
+    """The first H200 run: every torch.compile timing of a row-wise op raised on the donated buffers (one graph,
+    backward repeated with retain_graph), and Liger's SwiGLU / GeGLU side on `A view was created in no_grad mode ...
+    modified inplace` (inputs reused across calls while its backward writes into them)."""
+    layer = _Layer(fn)
+    templates = [torch.randn(4, 16) for _ in range(fn.forward.__code__.co_argcount - 1)]
+    kept = [t.clone() for t in templates]
+    times = gpu.time_side(layer, templates, rep=0.5, device="cpu")
+    assert set(times) == {"forward", "backward", "full"} and all(v > 0 for v in times.values())
+    assert all(torch.equal(t, k) for t, k in zip(templates, kept, strict=True))  # the caller's tensors untouched
+    assert layer.scale.grad is None  # no gradient accumulated over the calls

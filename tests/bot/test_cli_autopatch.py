@@ -105,11 +105,13 @@ def test_bad_input_exits_non_zero_with_a_message_and_leaves_the_checkout_exactly
     assert repository_state(liger_checkout) == before
 
 
-def test_a_forward_act_cannot_reproduce_is_refused_with_its_evidence(liger_checkout):
+def test_a_layout_act_cannot_lay_out_is_refused_with_what_the_model_builds_instead(liger_checkout):
+    # (TrOCR's unshifted loss was this test's refusal until FLCE took its labels as shift_labels; its rule's
+    # refusal is tested on a loss of a model's own in test_breadth.py)
     before = snapshot(liger_checkout.root)
-    status, _, err = run(["autopatch", "trocr", "--repo", str(liger_checkout.root)])  # its loss: labels unshifted
+    status, _, err = run(["autopatch", "cpmant", "--repo", str(liger_checkout.root)])  # its stack: two levels down
     assert status is ExitStatus.REFUSED
-    assert "not `self.loss_function`" in err and "modeling_trocr.py:" in err
+    assert "modeling_cpmant.py" in err and "its one layer stack is cpmant.encoder.layers" in err
     assert snapshot(liger_checkout.root) == before
     assert liger_checkout.git.run("branch", "--list").split() == ["*", "main"]
 

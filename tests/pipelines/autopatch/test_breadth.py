@@ -324,6 +324,30 @@ def test_the_logits_are_the_head_s_output_whatever_the_head_is_called(tmp_path, 
     assert (decision.status is Status.SETTLED) is settled, decision.reason
 
 
+def test_a_loss_of_the_model_s_own_that_flce_does_not_compute_needs_review_with_its_line(tmp_path, monkeypatch):
+    from pipelines.autopatch import source
+    from pipelines.autopatch.resolve import ModelRef
+    from pipelines.autopatch.source import SourceFile
+    from pipelines.autopatch.understand import Facts
+    from pipelines.autopatch.understand import decide_logits_transform
+
+    path = tmp_path / "modeling_x.py"
+    path.write_text(
+        "class XForCausalLM:\n"
+        "    def forward(self, input_ids, labels):\n"
+        "        logits = self.lm_head(self.model(input_ids)[0])\n"
+        "        loss = focal_loss(logits[:, :-1], labels[:, 1:], gamma=2.0)\n"  # not a cross entropy FLCE computes
+        "        return loss\n"
+    )
+    monkeypatch.setattr(source, "site_packages", lambda: tmp_path)
+    facts = Facts(ModelRef("x", "XForCausalLM", "XConfig", "x", "X"), SourceFile(path), head_attr="lm_head")
+    decision = decide_logits_transform(facts)
+    assert decision.status is Status.NEEDS_REVIEW and "not `self.loss_function`" in decision.reason
+    assert "focal_loss(logits[:, :-1], labels[:, 1:], gamma=2.0)" in decision.reason
+    (evidence,) = decision.evidence  # the loss line, cited
+    assert evidence.file == "modeling_x.py" and evidence.lines == (4, 4) and "focal_loss" in evidence.snippet
+
+
 def test_a_forward_that_calls_no_head_needs_review(tmp_path, monkeypatch):
     decision = _logits_decision(tmp_path, monkeypatch, "logits = self.lm_head(outputs[0])", "output_projection")
     assert decision.status is Status.NEEDS_REVIEW and "calls no self.output_projection" in decision.reason

@@ -14,7 +14,8 @@ from functools import cache
 from pipelines.outcome import PipelineError
 
 _NAME_RE = re.compile(r"^[A-Za-z][A-Za-z0-9_.\- ]{0,63}$")
-_CAUSAL_SUFFIX = "ForCausalLM"
+# transformers names a causal LM `<Model>ForCausalLM`, or `<Model>LMHeadModel` where it predates that name (GPT-2, CTRL)
+_CAUSAL_SUFFIXES = ("ForCausalLM", "LMHeadModel")
 
 
 @dataclass(frozen=True)
@@ -73,7 +74,8 @@ def mappings() -> _Mappings:
 
 
 def _class_prefix(class_name: str) -> str:
-    return class_name[: -len(_CAUSAL_SUFFIX)] if class_name.endswith(_CAUSAL_SUFFIX) else class_name
+    suffix = next((s for s in _CAUSAL_SUFFIXES if class_name.endswith(s)), "")
+    return class_name[: len(class_name) - len(suffix)]
 
 
 @cache
@@ -161,11 +163,11 @@ def _refuse_non_decoder(name: str, model_type: str) -> None:
             f"{name!r} ({model_type}) is an encoder-decoder model; Liger's autopatch covers decoder-only causal LMs",
         )
     causal = maps.causal.get(model_type)
-    if causal is None or not causal.endswith(_CAUSAL_SUFFIX) or model_type in maps.masked:
+    if causal is None or not causal.endswith(_CAUSAL_SUFFIXES) or model_type in maps.masked:
         kind = "an encoder (masked LM) model" if model_type in maps.masked else "not a decoder-only causal LM"
         text_type = f"{model_type}_text"
         hint = "autopatch needs a model with a *ForCausalLM class in transformers' causal LM mapping"
-        if maps.causal.get(text_type, "").endswith(_CAUSAL_SUFFIX):
+        if maps.causal.get(text_type, "").endswith(_CAUSAL_SUFFIXES):
             hint = f"its text model is {text_type!r} ({maps.causal[text_type]})"
         raise PipelineError(
             f"{name!r} ({model_type}) is {kind}; Liger's autopatch covers decoder-only causal LMs", hint=hint

@@ -33,6 +33,25 @@ def test_unknown_name_lists_close_matches():
     assert "nemotron" in err.value.hint
 
 
+@pytest.mark.parametrize(
+    ("name", "causal", "display"),
+    [
+        ("gpt2", "GPT2LMHeadModel", "GPT2"),
+        ("ctrl", "CTRLLMHeadModel", "CTRL"),
+        ("GPT2LMHeadModel", "GPT2LMHeadModel", "GPT2"),
+    ],
+)
+def test_a_causal_lm_named_lmheadmodel_is_a_decoder_only_causal_lm(name, causal, display):
+    # transformers' causal-LM mapping names GPT-2's and CTRL's classes <Model>LMHeadModel (they predate ForCausalLM)
+    ref = resolve(name)
+    assert (ref.causal_lm_class, ref.display_name) == (causal, display)
+
+
+def test_a_permutation_lm_under_the_same_name_is_still_refused_by_its_layout():
+    with pytest.raises(PipelineError, match="XLNetLMHeadModel .* builds no base model"):
+        understand("xlnet")
+
+
 @pytest.mark.parametrize("name", ["bert", "roberta"])
 def test_encoder_models_are_refused(name):
     with pytest.raises(PipelineError, match="not a decoder-only|encoder"):

@@ -127,10 +127,17 @@ for name, value in spec["after"].items():  # set past the config's validator (a 
     config.__dict__[name] = value  # not setattr: a @strict config checks each field's type on assignment too
 modeling = importlib.import_module(spec["modeling_module"])
 model_cls = getattr(modeling, spec["causal_lm_class"])
-reference = model_cls(config).float().eval()  # dropout off (Seed-OSS: residual_dropout 0.1)
 input_ids = torch.randint(0, config.vocab_size, (2, 16))
-with torch.no_grad():
-    expected = reference(input_ids=input_ids, labels=input_ids)
+try:
+    reference = model_cls(config).float().eval()  # dropout off (Seed-OSS: residual_dropout 0.1)
+    with torch.no_grad():
+        expected = reference(input_ids=input_ids, labels=input_ids)
+except Exception as exc:
+    if not spec["after"]:
+        raise
+    # the unpatched model itself does not run with these set (a softcap module dividing by the cap unconditionally)
+    print(json.dumps({"reference_failed": f"{type(exc).__name__}: {exc}"}))
+    sys.exit(0)
 from liger_kernel.transformers import monkey_patch
 apply_fn = getattr(monkey_patch, "apply_liger_kernel_to_" + spec["model_type"])
 wanted = {"rope": True, "fused_linear_cross_entropy": True, "cross_entropy": False, "rms_norm": False,
@@ -192,6 +199,13 @@ def gate_cpu_numerics(profile: Profile, root: Path, runner: Runner) -> GateResul
     if not proc.ok:
         return _result(CPU_NUMERICS, proc, "")
     found = json.loads(proc.output.strip().splitlines()[-1])
+    if "reference_failed" in found:  # the unpatched model, not the patch: what the interpreter cannot run is HF's
+        why = (
+            f"with softcapping off (Triton's interpreter cannot run Liger's softcap path) the unpatched HF model "
+            f"itself fails ({found['reference_failed'][:200]}): its cap cannot be switched off here; the whole-model "
+            "gate's PyTorch references and Liger's GPU convergence test check it"
+        )
+        return GateResult(CPU_NUMERICS, GateStatus.SKIP, why, hard=False)
     detail = (
         f"loss HF {found['loss_ref']:.6f} vs FLCE {found['loss_flce']:.6f} (diff {found['loss_diff']:.1e}), "
         f"logits max diff {found['logits_diff']:.1e}, RoPE {'patched' if found['rope_patched'] else 'not patched'}"

@@ -19,6 +19,7 @@ from pipelines.autopatch.source import load
 from pipelines.autopatch.understand import own_config_class
 from pipelines.autopatch.understand import read_facts
 from pipelines.autopatch.understand import registry_keys
+from pipelines.outcome import GateStatus
 from tests.pipelines.autopatch.hand_profiles import hand_profile
 
 
@@ -298,3 +299,61 @@ def test_the_numerics_script_sets_a_softcap_off_past_a_strict_config_s_field_che
     finally:
         sys.argv = argv
     assert scope["config"].final_logit_softcapping is None
+
+
+SOFTCAP_MODULE = """
+import torch
+
+
+class XConfig:
+    def __init__(self, vocab_size=32, final_logit_softcapping=30.0):
+        self.vocab_size, self.final_logit_softcapping = vocab_size, final_logit_softcapping
+
+
+class XSoftcap(torch.nn.Module):  # as Inkling 2 Loop's: the cap is divided by whatever it is
+    def __init__(self, cap):
+        super().__init__()
+        self.cap = cap
+
+    def forward(self, x):
+        return torch.tanh(x / self.cap) * self.cap
+
+
+class XForCausalLM(torch.nn.Module):
+    def __init__(self, config):
+        super().__init__()
+        self.lm_head = torch.nn.Embedding(config.vocab_size, config.vocab_size)
+        self.softcap = XSoftcap(config.final_logit_softcapping)
+
+    def forward(self, input_ids, labels):
+        return self.softcap(self.lm_head(input_ids))
+"""
+
+
+def test_a_softcap_the_unpatched_model_cannot_run_without_skips_the_numerics_gate_with_why(tmp_path):
+    import json
+    import subprocess
+    import sys
+
+    from pipelines.autopatch import verify
+    from pipelines.subprocesses import CommandResult
+
+    (tmp_path / "x_softcap_model.py").write_text(SOFTCAP_MODULE)
+    spec = {"config_module": "x_softcap_model", "config_class": "XConfig", "config": {}}
+    spec |= {"modeling_module": "x_softcap_model", "causal_lm_class": "XForCausalLM"}
+    spec |= {"model_type": "x", "after": {"final_logit_softcapping": None}}
+    argv = [sys.executable, "-c", verify.NUMERICS_SCRIPT, json.dumps(spec)]
+    proc = subprocess.run(argv, cwd=tmp_path, env={"PYTHONPATH": str(tmp_path)}, capture_output=True, text=True)
+    assert proc.returncode == 0, proc.stderr
+    found = json.loads(proc.stdout.strip().splitlines()[-1])
+    assert found == {"reference_failed": "TypeError: unsupported operand type(s) for /: 'Tensor' and 'NoneType'"}
+
+    class Replay:  # the gate reads that line back from its child
+        has_gpu = False
+
+        def run(self, argv, cwd, env=None, timeout=900):
+            return CommandResult(tuple(argv), 0, proc.stdout)
+
+    gate = verify.gate_cpu_numerics(hand_profile("llama"), tmp_path, Replay())
+    assert gate.status is GateStatus.SKIP and not gate.hard
+    assert "the unpatched HF model itself fails (TypeError: unsupported operand" in gate.detail

@@ -180,7 +180,7 @@ def _read_base(facts: Facts) -> None:
         holder = _local(src, (inner or assign).classes)[0]
         if inner and f"self.{path}" not in called:
             continue  # a stack one level deeper counts only where the forward runs it directly
-        if any(a.attr in ("layers", "h", "blocks") for a in src.self_assignments(holder)):
+        if any(a.attr in _STACK_ATTRS for a in src.self_assignments(holder)):
             facts.base_attr, facts.base_class = path, holder
             facts.cite("identity", assign.node)
             if inner:
@@ -260,7 +260,7 @@ def _read_decoder(facts: Facts) -> None:
     for assign in src.self_assignments(facts.base_class):
         layer_classes = [c for c in _local(src, assign.classes) if src.method(c, "forward")]
         layer_classes = layer_classes or _built_by_method(src, facts.base_class, assign)
-        if assign.attr in ("layers", "h", "blocks") and (layer_classes or built):
+        if assign.attr in _STACK_ATTRS and (layer_classes or built):
             # the list may be filled in a loop before the assignment (Falcon-H1), from a table (Jamba), or hold
             # one of several classes per layer type (OLMo-hybrid): the one with full attention leads
             classes = _attention_first(src, layer_classes or built)

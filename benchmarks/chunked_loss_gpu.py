@@ -2,7 +2,7 @@
 installed entry point, as the verify workflow runs it) on every generated loss's branch, all at once, then a solo
 benchmark per loss beside Liger's own class, and one table.
 
-    python3 benchmarks/chunked_loss_gpu.py DEST OUT [--losses NAME ...] [--parallel 6] [--timeout 230]
+    python3 -m benchmarks.chunked_loss_gpu DEST OUT [--losses NAME ...] [--parallel 6] [--timeout 230]
         [--deadline 285] [--solo-min-s 45]
 
 DEST is what benchmarks/chunked_loss_gpu_prepare.sh wrote (DEST/lk holds `liger-bot/chunked-loss-NAME` for every
@@ -25,7 +25,6 @@ import argparse
 import json
 import os
 import shutil
-import signal
 import subprocess
 import sys
 import tarfile
@@ -33,6 +32,9 @@ import threading
 import time
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
+
+from benchmarks.gpu_run import clone
+from benchmarks.gpu_run import run_bounded
 
 ROOT = Path(__file__).resolve().parents[1]  # benchmarks.chunked_loss_sides, for Liger's ORPO head
 
@@ -47,29 +49,6 @@ def read_losses(text: str) -> list[dict]:
         against = words[2] if len(words) > 2 and words[2] != "-" else None
         losses.append({"name": words[0], "branch": words[1], "against": against})
     return losses
-
-
-def run_bounded(argv: list[str], cwd: Path, log: Path, limit: float, env: dict | None = None) -> tuple[object, float]:
-    """(exit status or "timeout", seconds): the whole process group is killed at the limit."""
-    started = time.monotonic()
-    with log.open("w") as handle:
-        proc = subprocess.Popen(argv, cwd=cwd, stdout=handle, stderr=subprocess.STDOUT, start_new_session=True, env=env)
-        try:
-            rc = proc.wait(timeout=max(1.0, limit))
-        except subprocess.TimeoutExpired:
-            os.killpg(proc.pid, signal.SIGKILL)
-            proc.wait()
-            rc = "timeout"
-    return rc, round(time.monotonic() - started, 1)
-
-
-def clone(repo: Path, branch: str, work: Path) -> Path:
-    if work.exists():
-        shutil.rmtree(work)
-    subprocess.run(
-        ["git", "-c", "core.hooksPath=/dev/null", "clone", "-q", "-b", branch, str(repo), str(work)], check=True
-    )
-    return work
 
 
 def load_json(path: Path) -> dict | None:

@@ -32,5 +32,6 @@ nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv,noheader ||
 export PYTHONPATH="$SITE${PYTHONPATH:+:$PYTHONPATH}" PATH="$SITE/bin:$PATH"
 liger-bot --help >/dev/null || exit 1
 echo "installed $(ls "$DEST"/wheels/liger_bot-*.whl) in $(( $(date +%s) - started )) s; liger-bot is $(command -v liger-bot)"
-"$PY" benchmarks/chunked_loss_gpu.py "$DEST" "$OUT" "$@"
+ROOT=$(cd "$(dirname "$0")/.." && pwd)  # the .py imports benchmarks.gpu_run
+PYTHONPATH="$ROOT:$PYTHONPATH" "$PY" -m benchmarks.chunked_loss_gpu "$DEST" "$OUT" "$@"
 echo "total $(( $(date +%s) - started )) s"

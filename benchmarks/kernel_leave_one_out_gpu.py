@@ -4,8 +4,8 @@ gates), Liger's own unit tests for each op swapped to the generated kernel (`pyt
 tree), then the timing table: generated vs Liger's hand-written kernel vs eager vs torch.compile of the reference,
 forward / backward / full and peak memory, over the sizes of Liger's own benchmark script for the op.
 
-    python3 benchmarks/kernel_leave_one_out_gpu.py DEST OUT [--deadline S] [--parallel N] [--cases NAME ...]
-    python3 benchmarks/kernel_leave_one_out_gpu.py --timing TREE OUT/timing.json DEADLINE CASES.json  (the child)
+    python3 -m benchmarks.kernel_leave_one_out_gpu DEST OUT [--deadline S] [--parallel N] [--cases NAME ...]
+    python3 -m benchmarks.kernel_leave_one_out_gpu --timing TREE OUT/timing.json DEADLINE CASES.json  (the child)
 
 DEST is what kernel_leave_one_out_prepare.sh left: DEST/lk.git (a bare clone: one branch per kernel, and
 `liger-bot/kernel-loo-all` with all of them and Liger's swapped tests), DEST/results.json (the CPU run: per kernel its
@@ -21,7 +21,6 @@ import json
 import os
 import re
 import shutil
-import signal
 import subprocess
 import sys
 import tarfile
@@ -30,7 +29,11 @@ import time
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
+from benchmarks.gpu_run import clone
+from benchmarks.gpu_run import run_bounded
+
 COMBINED = "liger-bot/kernel-loo-all"
+ROOT = Path(__file__).resolve().parents[1]  # the timing child runs as benchmarks.kernel_leave_one_out_gpu
 LOCK = threading.Lock()
 # Liger's benchmark scripts sweep total tokens over powers of two from 1024 to the model's context (8192 for
 # llama_3_8b, batch 1) or what 40% of device memory holds (benchmark_model_configs.build_token_length_sweep); timed
@@ -40,33 +43,6 @@ SIZE_ORDER = [4096, 8192, 1024, 2048, 16384, 32768]
 
 def now(started: float) -> float:
     return time.time() - started
-
-
-def run_bounded(argv: list[str], cwd: Path, log: Path, limit: float, env: dict | None = None) -> tuple[object, float]:
-    """(exit status or "timeout" / "not started", seconds): the whole process group is killed at the limit."""
-    if limit < 5:
-        return "not started", 0.0
-    started = time.monotonic()
-    log.parent.mkdir(parents=True, exist_ok=True)
-    with log.open("w") as handle:
-        proc = subprocess.Popen(
-            argv, cwd=cwd, stdout=handle, stderr=subprocess.STDOUT, start_new_session=True, env=env or os.environ.copy()
-        )
-        try:
-            rc = proc.wait(timeout=limit)
-        except subprocess.TimeoutExpired:
-            os.killpg(proc.pid, signal.SIGKILL)
-            proc.wait()
-            rc = "timeout"
-    return rc, round(time.monotonic() - started, 1)
-
-
-def clone(repo: Path, branch: str, work: Path) -> Path:
-    shutil.rmtree(work, ignore_errors=True)
-    subprocess.run(
-        ["git", "-c", "core.hooksPath=/dev/null", "clone", "-q", "-b", branch, str(repo), str(work)], check=True
-    )
-    return work
 
 
 def load_json(path: Path):
@@ -268,13 +244,16 @@ def main(argv: list[str] | None = None) -> int:
     (work / "cases.json").write_text(json.dumps(cases))
     child_env = {
         **os.environ,
-        "PYTHONPATH": os.pathsep.join([str(combined / "src"), str(combined), os.environ.get("PYTHONPATH", "")]),
+        "PYTHONPATH": os.pathsep.join(
+            [str(combined / "src"), str(combined), str(ROOT), os.environ.get("PYTHONPATH", "")]
+        ),
     }
 
     def warm() -> None:  # torch.compile of every reference, so the timing finds it in the on-disk caches
         argv = [
             sys.executable,
-            str(Path(__file__).resolve()),
+            "-m",
+            "benchmarks.kernel_leave_one_out_gpu",
             "--timing",
             str(combined),
             str(work / "warm.json"),
@@ -299,7 +278,8 @@ def main(argv: list[str] | None = None) -> int:
     if left > 20:
         argv = [
             sys.executable,
-            str(Path(__file__).resolve()),
+            "-m",
+            "benchmarks.kernel_leave_one_out_gpu",
             "--timing",
             str(combined),
             str(timing_file),

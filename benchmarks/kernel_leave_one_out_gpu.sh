@@ -8,7 +8,7 @@
 #
 # Here (CPU host):   PYTHONPATH=. bash benchmarks/kernel_leave_one_out_prepare.sh .kloo
 # Device (one call): run(command="OUT=$OUT bash benchmarks/kernel_leave_one_out_gpu.sh .kloo", carry=[".kloo"],
-#                        timeout_s=450)   (from any tree: bash .kloo/kernel_leave_one_out_gpu.sh .kloo)
+#                        timeout_s=450)
 # Dry run here:      OUT=/tmp/kloo-out PYTHON=.venv/bin/python WHEELS='.kloo/wheels/liger_bot-*' \
 #                      bash benchmarks/kernel_leave_one_out_gpu.sh .kloo --cases loo_relu_squared --parallel 1
 #
@@ -36,7 +36,8 @@ timeout 60 "$PY" -m pip install -q --no-index --no-deps --no-compile --no-cache-
 export PYTHONPATH="$SITE${PYTHONPATH:+:$PYTHONPATH}" PATH="$SITE/bin:$PATH"
 liger-bot --help >/dev/null || exit 1
 echo "installed $(ls "$DEST"/wheels/liger_bot-*.whl) in $(( $(date +%s) - STARTED )) s; liger-bot is $(command -v liger-bot)"
-# the .py beside this script: benchmarks/ in a liger-bot tree, or DEST itself (the prepare script copies both there)
-timeout -s KILL 405 "$PY" "$(dirname "$0")/kernel_leave_one_out_gpu.py" "$DEST" "$OUT" --deadline 395 --verify-s 150 "$@"
+ROOT=$(cd "$(dirname "$0")/.." && pwd)  # the .py imports benchmarks.gpu_run
+PYTHONPATH="$ROOT:$PYTHONPATH" timeout -s KILL 405 "$PY" -m benchmarks.kernel_leave_one_out_gpu "$DEST" "$OUT" \
+  --deadline 395 --verify-s 150 "$@"
 echo "exit $? total $(( $(date +%s) - STARTED )) s"
 ls -la "$OUT"

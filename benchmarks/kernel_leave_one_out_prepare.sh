@@ -8,7 +8,6 @@
 #   .kloo/results.json   per kernel: its case, branch, tier, CPU gates, and Liger's own test on the CPU under
 #                        TRITON_INTERPRET=1 (summary, failures); refused references with their reason
 #   .kloo/swapped/       each swapped test file and its CPU pytest log; .kloo/prepare/ each CLI run's log
-#   .kloo/kernel_leave_one_out_gpu.{sh,py}  the GPU half, so it runs from any tree (bash .kloo/kernel_...sh .kloo)
 #   .kloo/wheels         liger-bot's wheel (built from this tree) and the wheels the GPU image lacks (libcst, Jinja2,
 #                        MarkupSafe, PyYAML, ruff; cp312 manylinux x86_64)
 #
@@ -27,7 +26,6 @@ git clone -q --bare "$WORK/work/lk" "$DEST/lk.git"
 git -C "$DEST/lk.git" gc -q --prune=now
 cp "$WORK/results.json" "$DEST/"
 cp -r "$WORK/swapped" "$WORK/prepare" "$DEST/"
-cp "$(dirname "$0")"/kernel_leave_one_out_gpu.sh "$(dirname "$0")"/kernel_leave_one_out_gpu.py "$DEST/"
 find "$DEST/prepare" -mindepth 1 -maxdepth 1 -type d -exec rm -rf {} +  # PR bodies: the logs say it all
 
 "$PY" -m pip wheel -q --no-deps --no-build-isolation . -w "$DEST/wheels"

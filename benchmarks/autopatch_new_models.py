@@ -51,11 +51,11 @@ CPU_GATES = (verify.CHECKSTYLE, "Import", "Instance patching", verify.WHOLE_MODE
 def breadth_models(checkout: target.Checkout) -> list[str]:
     """Every causal LM of the installed transformers that the checkout does not patch and that resolve accepts as
     decoder-only (a *ForCausalLM class, neither a masked LM nor an encoder-decoder), by rule, not by hand."""
-    from bot.scan import causal_lms
-    from bot.scan import target_registry
     from pipelines.autopatch.resolve import mappings
+    from pipelines.autopatch.scan import causal_lms
+    from pipelines.autopatch.supported import supported_models
 
-    maps, supported = mappings(), target_registry(checkout.monkey_patch)
+    maps, supported = mappings(), set(supported_models(checkout.monkey_patch))
     return [
         model
         for model, cls in causal_lms().items()

@@ -83,7 +83,7 @@ class LigerPatch:
 
 
 def registry(monkey_patch: Path) -> dict[str, str]:
-    from bot.cli.autopatch import supported_models
+    from pipelines.autopatch.supported import supported_models
 
     return supported_models(monkey_patch)
 

@@ -9,9 +9,9 @@ from __future__ import annotations
 import json
 import sys
 
-from bot.scan import causal_lms
 from pipelines.autopatch import understand
 from pipelines.autopatch.resolve import resolve
+from pipelines.autopatch.scan import causal_lms
 
 
 def decisions() -> dict[str, list[str]]:

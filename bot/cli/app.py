@@ -123,9 +123,9 @@ def replay_command(args, ui) -> ExitStatus:
 
 
 def scan_command(args, ui) -> ExitStatus:
-    from bot.scan import counts
     from bot.scan import render_dashboard
-    from bot.scan import scan
+    from pipelines.autopatch.scan import counts
+    from pipelines.autopatch.scan import scan
     from pipelines.target import open_checkout
 
     checkout = open_checkout(args.repo, require_clean=False)

@@ -7,7 +7,6 @@ verify.
 
 from __future__ import annotations
 
-import ast
 import json
 from dataclasses import replace
 from pathlib import Path
@@ -15,12 +14,11 @@ from pathlib import Path
 from pipelines.autopatch.profile import OVERRIDE_VALUES
 from pipelines.autopatch.profile import Profile
 from pipelines.autopatch.profile import parse_overrides
+from pipelines.autopatch.supported import supported_models
 from pipelines.outcome import ExitStatus
 from pipelines.outcome import PipelineError
 from pipelines.target import Checkout
 from pipelines.target import open_checkout
-
-REGISTRY = "MODEL_TYPE_TO_APPLY_LIGER_FN"
 
 
 def register(subparsers) -> None:
@@ -45,20 +43,6 @@ def register(subparsers) -> None:
         help="apply this profile (the JSON of --plan-only --json, as reviewed) instead of running understand again",
     )
     parser.set_defaults(handler=autopatch_command)
-
-
-def supported_models(monkey_patch: Path) -> dict[str, str]:
-    """model_type -> apply_liger_kernel_to_* as the target's registry dict says (read with ast, not imported)."""
-    tree = ast.parse(monkey_patch.read_text())
-    for node in tree.body:
-        target = node.targets[0] if isinstance(node, ast.Assign) else getattr(node, "target", None)
-        if getattr(target, "id", None) == REGISTRY and isinstance(node.value, ast.Dict):
-            return {
-                k.value: v.id
-                for k, v in zip(node.value.keys, node.value.values, strict=True)
-                if isinstance(k, ast.Constant) and isinstance(v, ast.Name)
-            }
-    raise PipelineError(f"{monkey_patch} has no {REGISTRY} dict", hint="is this a Liger-Kernel checkout?")
 
 
 def plan(model: str, checkout: Checkout, overrides: list[str], progress) -> Profile:

@@ -27,9 +27,9 @@ def register(subparsers) -> None:
 
 def debug_command(args, ui) -> ExitStatus:
     from bot.cli.autopatch import plan
-    from bot.cli.autopatch import supported_models
     from pipelines.autopatch import debug
     from pipelines.autopatch import verify
+    from pipelines.autopatch.supported import supported_models
     from pipelines.target import open_checkout
 
     checkout = open_checkout(args.repo, require_clean=False)

@@ -13,13 +13,13 @@ from bot.jobs import Job
 from bot.jobs import JobState
 from bot.runners import RunnerKind
 from bot.scan import DASHBOARD_TITLE
-from bot.scan import STARTABLE
-from bot.scan import call_understand
 from bot.scan import render_dashboard
-from bot.scan import scan
 from bot.worker.flow import JobProgress
 from bot.worker.flow import gate_record
 from bot.worker.flow import retry_command
+from pipelines.autopatch.job import call_understand
+from pipelines.autopatch.scan import STARTABLE
+from pipelines.autopatch.scan import scan
 from pipelines.contract import Pipeline
 from pipelines.contract import Request
 from pipelines.outcome import Report

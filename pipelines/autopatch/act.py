@@ -22,6 +22,7 @@ from pathlib import Path
 
 from pipelines import render
 from pipelines.autopatch import edits
+from pipelines.autopatch import supported
 from pipelines.autopatch.profile import Profile
 from pipelines.autopatch.profile import Status
 from pipelines.autopatch.resolve import mappings
@@ -1212,7 +1213,7 @@ def edit_monkey_patch(source: str, plan: Plan) -> str:
         source, lambda n: edits.defined_name(n, "apply_liger_kernel_to_"), _apply_fn(plan), function
     )
     for key in plan.profile.registry_keys:  # every config.model_type this class reports (dots3_note, _text)
-        registry = edits.find_assignment(ast.parse(source), "MODEL_TYPE_TO_APPLY_LIGER_FN").value
+        registry = supported.registry_dict(source)
         source = edits.insert_element(source, registry.keys, edits.string_value, key, f'"{key}": {_apply_fn(plan)}')
     return source
 

@@ -10,7 +10,6 @@ working tree is clean; the report (PR body with the failing gates) is still writ
 
 from __future__ import annotations
 
-import ast
 import hashlib
 import importlib.util
 from collections.abc import Callable
@@ -21,6 +20,7 @@ from pathlib import Path
 from pipelines import contract
 from pipelines import pull_request
 from pipelines.autopatch import act
+from pipelines.autopatch import supported
 from pipelines.autopatch import verify
 from pipelines.autopatch.profile import DECISION_KEYS
 from pipelines.autopatch.profile import Profile
@@ -82,18 +82,12 @@ def report_path(checkout: Checkout, model_type: str) -> Path:
     return checkout.beside(f"autopatch-{model_type}.md")
 
 
-def registered_model_types(checkout: Checkout) -> set[str]:
-    """The keys of the target's MODEL_TYPE_TO_APPLY_LIGER_FN, read from source (nothing imported)."""
-    registry = act.edits.find_assignment(ast.parse(checkout.monkey_patch.read_text()), "MODEL_TYPE_TO_APPLY_LIGER_FN")
-    return {act.edits.string_value(k) for k in registry.value.keys}
-
-
 def refuse_supported(checkout: Checkout, profile: Profile) -> None:
     """The checkout's own registry decides (the profile's `supported_by` may describe another Liger tree)."""
-    registered = registered_model_types(checkout)
+    registered = supported.supported_models(checkout.monkey_patch)
     if key := next((k for k in (profile.model_type, *profile.registry_keys) if k in registered), None):
         raise PipelineError(
-            f"{key} is already supported by the target (MODEL_TYPE_TO_APPLY_LIGER_FN[{key!r}]); autopatch creates support"
+            f"{key} is already supported by the target ({supported.REGISTRY_NAME}[{key!r}]); autopatch creates support"
             " for new models",
             hint="to change an existing patch, edit it by hand (modify mode is not automated yet)",
         )

@@ -29,6 +29,7 @@ from pathlib import Path
 from pipelines import changeset
 from pipelines.autopatch import act
 from pipelines.autopatch import edits
+from pipelines.autopatch import supported
 from pipelines.outcome import PipelineError
 from pipelines.subprocesses import run_command
 from pipelines.target import Checkout
@@ -154,11 +155,6 @@ def _guard_emptied(node: ast.Try, dropped: list[ast.stmt], used: set[str]) -> bo
 # --- reading what the target holds for a model --------------------------------------------------------------------
 
 
-def registry(source: str) -> dict[str, str]:
-    node = edits.find_assignment(ast.parse(source), "MODEL_TYPE_TO_APPLY_LIGER_FN").value
-    return {edits.string_value(k): v.id for k, v in zip(node.keys, node.values, strict=True) if isinstance(v, ast.Name)}
-
-
 def _function(source: str, name: str) -> ast.FunctionDef:
     return edits.find_function(ast.parse(source), name)
 
@@ -234,9 +230,9 @@ def original_test_names(test_source: str, model_type: str, apply_fn: str) -> tup
 def read_support(checkout: Checkout, model_type: str) -> Support:
     act.validate_model_type(model_type)
     monkey_patch = checkout.path(act.MONKEY_PATCH).read_text()
-    reg = registry(monkey_patch)
+    reg = supported.apply_functions(monkey_patch, act.MONKEY_PATCH)
     if model_type not in reg:
-        raise PipelineError(f"{model_type} is not in the target's MODEL_TYPE_TO_APPLY_LIGER_FN")
+        raise PipelineError(f"{model_type} is not in the target's {supported.REGISTRY_NAME}")
     apply_fn = reg[model_type]
     minis, reverts = (), ()
     for path in act.CONVERGENCE_FILES:
@@ -259,7 +255,7 @@ def read_support(checkout: Checkout, model_type: str) -> Support:
 
 
 def strip_monkey_patch(source: str, support: Support) -> str:
-    node = edits.find_assignment(ast.parse(source), "MODEL_TYPE_TO_APPLY_LIGER_FN").value
+    node = supported.registry_dict(source)
     spans = [
         (k.lineno - 1, v.end_lineno - 1)
         for k, v in zip(node.keys, node.values, strict=True)

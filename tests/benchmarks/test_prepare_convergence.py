@@ -10,8 +10,8 @@ import pytest
 from benchmarks import prepare_convergence
 from pipelines.autopatch import act
 from pipelines.autopatch.pipeline import branch_name
-from pipelines.autopatch.pipeline import registered_model_types
 from pipelines.autopatch.pipeline import understand_model
+from pipelines.autopatch.supported import supported_models
 from pipelines.changeset import format_with_target_style
 
 MODELS = ["ministral3", "ernie4_5"]
@@ -36,7 +36,7 @@ def test_branches_are_combined_into_one_with_every_model(liger_checkout):
     git = liger_checkout.git
     assert git.current_branch() == "main" and git.dirty_paths() == []
     git.checkout(prepare_convergence.COMBINED)
-    assert set(MODELS) <= registered_model_types(liger_checkout)
+    assert set(MODELS) <= set(supported_models(liger_checkout.monkey_patch))
     for path in act.CONVERGENCE_FILES:
         source = liger_checkout.path(path).read_text()
         ast.parse(source)

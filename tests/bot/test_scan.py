@@ -9,10 +9,10 @@ import pytest
 
 from bot.jobs import JobState
 from bot.scan import DASHBOARD_TITLE
-from bot.scan import Verdict
-from bot.scan import causal_lms
 from bot.scan import newly_ticked
-from bot.scan import target_registry
+from pipelines.autopatch.scan import Verdict
+from pipelines.autopatch.scan import causal_lms
+from pipelines.autopatch.supported import supported_models
 from tests.bot.app_fixtures import MAINTAINER
 from tests.bot.app_fixtures import comment_payload
 from tests.bot.app_fixtures import fixture_payload
@@ -50,7 +50,7 @@ def test_scan_classifies_every_causal_lm_against_the_registry(server, app, liger
     assert job.job_state is JobState.DONE
     rows = {row["model_type"]: row for row in job.result["rows"]}
     assert set(rows) == set(causal_lms())
-    supported = target_registry(liger_checkout.monkey_patch)
+    supported = set(supported_models(liger_checkout.monkey_patch))
     assert {m for m, r in rows.items() if r["verdict"] == Verdict.SUPPORTED.value} == supported & set(rows)
     assert rows["llama"]["reason"] == "apply_liger_kernel_to_llama"
     # a decision left for review that act can leave out: a partial patch, saying what is left out and how to add it
@@ -101,20 +101,3 @@ def test_newly_ticked_compares_before_and_after():
     before = "- [x] `a` A\n- [ ] `b` B\n- [ ] `c` C"
     assert newly_ticked(before, "- [x] `a` A\n- [X] `b` B\n- [ ] `c` C") == ["b"]
     assert newly_ticked(None, "- [x] `a` A") == ["a"]
-
-
-def test_classification_follows_acts_plan_on_real_models():
-    """Real understand + act.plan: every kernel applied, some left out (which, why, the command), or refused."""
-    from bot.scan import classify
-    from pipelines.autopatch.understand import understand
-
-    models = ("hyperclovax", "phi", "dbrx", "cpmant")
-    rows = {m: classify(m, f"{m}ForCausalLM", {"llama"}, None, understand) for m in models}
-    assert rows["hyperclovax"].verdict is Verdict.PATCHABLE  # its logit scale folds into FLCE: nothing left out
-    assert "FusedLinearCrossEntropy" in rows["hyperclovax"].reason
-    phi = rows["phi"]
-    assert phi.verdict is Verdict.PARTIAL and "Left out: the MLP (PhiMLP)" in phi.reason
-    assert "`/liger kernel gelu_new`" in phi.reason
-    # DBRX's tiny config is repaired now (its attention sub-config's rope_theta); its experts' activation is its own
-    assert rows["dbrx"].verdict is Verdict.PARTIAL and "not a transformers ACT2FN name" in rows["dbrx"].reason
-    assert rows["cpmant"].verdict is Verdict.REFUSED and "cpmant.encoder.layers" in rows["cpmant"].reason

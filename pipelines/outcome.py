@@ -141,6 +141,7 @@ class PipelineRun:
     gates: list[GateResult]
     pr_body: str
     pr: object = None  # pipelines.pull_request.BodyParts (the App renders the body again, with its notes)
+    title: str = ""  # the PR's title
 
     @property
     def failed(self) -> bool:

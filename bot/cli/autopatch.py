@@ -11,6 +11,9 @@ import json
 from dataclasses import replace
 from pathlib import Path
 
+from bot.cli.end_state import announce
+from bot.cli.end_state import back_on_users_branch
+from bot.cli.end_state import record_pull_request
 from pipelines.autopatch.profile import OVERRIDE_VALUES
 from pipelines.autopatch.profile import Profile
 from pipelines.autopatch.profile import parse_overrides
@@ -95,8 +98,18 @@ def autopatch_command(args, ui) -> ExitStatus:
             ui.progress(f"{profile.model_type} is already supported by the target: {supported_by}")
         ui.result(json.dumps(profile.to_json(), indent=2) if args.json else markdown.render(profile))
         return ExitStatus.OK
-    from pipelines.autopatch.pipeline import run_pipeline  # written beside this stage; imported when needed
-
-    result = run_pipeline(checkout, profile, ui.progress)
+    result = run_and_record(checkout, profile, ui)
     ui.result(json.dumps(result.to_json(), indent=2) if args.json else result.summary())
     return ExitStatus.OK if result.ok else ExitStatus.GATE_FAILED
+
+
+def run_and_record(checkout: Checkout, profile: Profile, ui):
+    """The whole pipeline, ending on the user's branch, with the draft PR recorded by the local forge when it passes
+    (the CLI's run and the demo's)."""
+    from pipelines.autopatch.pipeline import run_pipeline  # torch and transformers: only when needed
+
+    with back_on_users_branch(checkout.root) as start:
+        result = run_pipeline(checkout, profile, ui.progress)
+    if result.ok:
+        announce(ui, record_pull_request(start, result.branch, result.pr_title, result.pr_body))
+    return result

@@ -4,6 +4,7 @@ the plain way (or a TRL loss type) -> a chunked Liger loss that never holds the 
 
 from __future__ import annotations
 
+from bot.cli.end_state import back_on_users_branch
 from bot.cli.runs import show_profile
 from bot.cli.runs import show_run
 from pipelines.outcome import ExitStatus
@@ -45,8 +46,6 @@ def chunked_loss_command(args, ui) -> ExitStatus:
 
     if args.profile_only:
         return show_profile(ui, pipeline.understand(args.spec, args.repo, args.name, args.settings)[2], args.json)
-    return show_run(
-        ui,
-        pipeline.run(args.spec, args.repo, args.name, args.out, progress=ui.progress, settings=args.settings),
-        args.json,
-    )
+    with back_on_users_branch(args.repo) as start:
+        run = pipeline.run(args.spec, args.repo, args.name, args.out, progress=ui.progress, settings=args.settings)
+    return show_run(ui, run, args.json, start)

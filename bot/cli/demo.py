@@ -50,8 +50,8 @@ def _workdir(requested: Path | None) -> Path:
 
 
 def autopatch_command(args, ui) -> ExitStatus:
+    from bot.cli.autopatch import run_and_record
     from pipelines.autopatch.act import validate_model_type
-    from pipelines.autopatch.pipeline import run_pipeline
     from pipelines.autopatch.pipeline import understand_model
 
     workdir = _workdir(args.workdir)
@@ -60,7 +60,7 @@ def autopatch_command(args, ui) -> ExitStatus:
     ui.progress(f"understand: {args.model}")
     profile = understand_model(args.model, checkout)
     validate_model_type(profile.model_type)
-    result = run_pipeline(checkout, profile, ui.progress)
+    result = run_and_record(checkout, profile, ui)
     if args.json:
         ui.result(json.dumps(result.to_json(), indent=2))
     else:

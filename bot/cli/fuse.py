@@ -5,6 +5,9 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
+from bot.cli.end_state import announce
+from bot.cli.end_state import back_on_users_branch
+from bot.cli.end_state import record_pull_request
 from pipelines import pull_request
 from pipelines import target
 from pipelines.fuse import job
@@ -35,8 +38,11 @@ def write_pr_body(spec: str, repo: str, result) -> Path:
 def fuse_command(args, ui) -> ExitStatus:
     from pipelines.fuse import pipeline  # imports torch: not needed for --help
 
-    result = pipeline.run(args.spec, args.repo, args.chain, progress=ui.progress)
+    with back_on_users_branch(args.repo) as start:
+        result = pipeline.run(args.spec, args.repo, args.chain, progress=ui.progress)
     body_file = write_pr_body(args.spec, args.repo, result) if result.branch else None
+    if body_file and not result.failed:
+        announce(ui, record_pull_request(start, result.branch, job.pr_title(args.spec), body_file.read_text()))
     if args.json:
         ui.result(json.dumps(result.to_json() | {"pr_body_file": str(body_file) if body_file else None}, indent=2))
         return ExitStatus.GATE_FAILED if result.failed else ExitStatus.OK

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from bot.cli.end_state import back_on_users_branch
 from bot.cli.runs import show_profile
 from bot.cli.runs import show_run
 from pipelines.outcome import ExitStatus
@@ -27,6 +28,6 @@ def kernel_command(args, ui) -> ExitStatus:
 
     if args.profile_only:
         return show_profile(ui, pipeline.understand(args.spec, args.repo, args.name)[2], args.json)
-    return show_run(
-        ui, pipeline.run(args.spec, args.repo, args.name, args.out, progress=ui.progress, force=args.force), args.json
-    )
+    with back_on_users_branch(args.repo) as start:
+        run = pipeline.run(args.spec, args.repo, args.name, args.out, progress=ui.progress, force=args.force)
+    return show_run(ui, run, args.json, start)

@@ -5,6 +5,9 @@ from __future__ import annotations
 
 import json
 
+from bot.cli.end_state import Start
+from bot.cli.end_state import announce
+from bot.cli.end_state import record_pull_request
 from pipelines.outcome import ExitStatus
 from pipelines.outcome import gates_table
 
@@ -14,7 +17,10 @@ def show_profile(ui, profile, as_json: bool) -> ExitStatus:
     return ExitStatus.OK
 
 
-def show_run(ui, result, as_json: bool) -> ExitStatus:
+def show_run(ui, result, as_json: bool, start: Start | None = None) -> ExitStatus:
+    """The run's branch and gates; with `start` (the CLI's run), a run whose gates pass gets its draft PR recorded."""
+    if start is not None and result.branch and not result.failed:
+        announce(ui, record_pull_request(start, result.branch, result.title, result.pr_body))
     if as_json:
         ui.result(json.dumps(result.to_json(), indent=2))
     else:

@@ -73,7 +73,7 @@ def run(
     (out_dir / "pr_body.md").write_text(body)
     title = f"Add {profile.module_class_name}: a chunked loss generated from {spec_text}"
     progress(pull_request.handoff(title, branch, out_dir / "pr_body.md"))
-    return ChunkedLossRun(profile, branch, changeset.paths, gates, body, parts)
+    return ChunkedLossRun(profile, branch, changeset.paths, gates, body, parts, title)
 
 
 def reproduce(spec_text: str, name: str, settings=()) -> str:

@@ -66,7 +66,7 @@ def run(
     body = pull_request.render(parts, Report(tuple(gates)))
     (out_dir / "pr_body.md").write_text(body)
     progress(pull_request.handoff(title(profile, spec_text), branch, out_dir / "pr_body.md"))
-    return KernelRun(profile, branch, changeset.paths, gates, body, parts)
+    return KernelRun(profile, branch, changeset.paths, gates, body, parts, title(profile, spec_text))
 
 
 def title(profile: profile_mod.KernelProfile, spec_text: str) -> str:

@@ -146,3 +146,15 @@ def test_demo_autopatch_runs_the_default_end_to_end(tmp_path, liger_template):
     )
     body = (tmp_path / "demo" / "liger-kernel.liger-bot" / f"autopatch-{DEFAULT_AUTOPATCH_MODEL}.md").read_text()
     assert body.startswith(f"# {result['pr_title']}") and "| Checkstyle | PASS |" in body
+    # the draft PR, recorded by the local forge as the App records it on GitHub (the same ensure_pull_request)
+    (record,) = [
+        json.loads(p.read_text()) for p in (tmp_path / "demo" / "liger-kernel.liger-bot" / "issues").glob("*.json")
+    ]
+    assert (record["head"], record["base"], record["draft"], record["title"]) == (
+        branch,
+        "main",
+        True,
+        result["pr_title"],
+    )
+    assert "| Checkstyle | PASS |" in record["body"]
+    assert "draft PR #1 recorded by the local forge" in err

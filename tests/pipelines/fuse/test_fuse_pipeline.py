@@ -36,10 +36,14 @@ def test_fuse_writes_a_verified_pass_on_a_branch(tmp_path, liger_checkout):
     assert gates["step time"]["status"] == "SKIP" and "alternating rounds" in gates["step time"]["detail"]
     assert len(result["figures"]["step_ms_rounds"]["with"]) == 5
     assert result["figures"]["replaced"] == {"fused_mul_add_tanh": 1}
-    written = (liger_checkout.root / result["files"][0]).read_text()
+    written = liger_checkout.git.run("show", f"{result['branch']}:{result['files'][0]}")
     assert "def fused_mul_add_tanh_pattern(x, e0):" in written and "def register(registry):" in written
     assert "pipelines" not in written
-    assert liger_checkout.git.current_branch() == result["branch"] and not liger_checkout.git.dirty_paths()
+    # the CLI's end state: the user's branch again, clean; the pass committed on its branch; the draft PR recorded
+    assert liger_checkout.git.current_branch() == "main" and not liger_checkout.git.dirty_paths()
+    assert liger_checkout.git.run("rev-list", "--count", f"main..{result['branch']}").strip() == "1"
+    (record,) = [json.loads(p.read_text()) for p in liger_checkout.beside("issues").glob("*.json")]
+    assert (record["head"], record["base"]) == (result["branch"], "main") and "| checkstyle | PASS |" in record["body"]
     # the body the App would open the PR with, beside the checkout (as every pipeline's CLI run leaves it)
     body_file = Path(result["pr_body_file"])
     assert body_file.parent == liger_checkout.beside("") and body_file.name == "fuse-fused-mul-add-tanh.md"

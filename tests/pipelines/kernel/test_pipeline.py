@@ -56,22 +56,6 @@ def test_a_kernel_the_target_has_under_another_name_is_refused_by_running_both(l
 
 
 @pytest.mark.slow
-def test_relu2_end_to_end(liger_checkout, tmp_path):
-    # --force: the second copy of LigerReLUSquared is asked for, so it is written and verified
-    run = pipeline.run("relu2", liger_checkout.root, out_dir=tmp_path / "out", progress=lambda _: None, force=True)
-    statuses = _statuses(run)
-    assert statuses["checkstyle"] is GateStatus.PASS
-    assert statuses["unit tests (CPU, TRITON_INTERPRET=1)"] is GateStatus.PASS
-    assert statuses["unit tests (GPU)"] is GateStatus.SKIP  # never PASS without a GPU
-    assert not run.failed
-    assert liger_checkout.git.current_branch() == "liger-bot/kernel-relu2"
-    assert liger_checkout.git.dirty_paths() == []
-    init = liger_checkout.path("src/liger_kernel/ops/__init__.py").read_text()
-    assert init.index("ops.qwen2vl_mrope import") < init.index("ops.relu2 import") < init.index("ops.relu_squared")
-    assert "| checkstyle | PASS |" in (tmp_path / "out" / "pr_body.md").read_text()
-
-
-@pytest.mark.slow
 def test_xielu_with_learnable_scalars_and_buffers_end_to_end(liger_checkout):
     run = pipeline.run("xielu", liger_checkout.root, progress=lambda _: None)  # the default out: beside the checkout
     assert liger_checkout.git.dirty_paths() == []  # before, out/kernel/xielu/pr_body.md made the next command refuse

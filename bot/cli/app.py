@@ -31,6 +31,12 @@ def register(subparsers) -> None:
     replay.add_argument(
         "--inline", action="store_true", help="also run the jobs it starts here, instead of queueing them"
     )
+    replay.add_argument(
+        "--local",
+        metavar="DIR",
+        help="offline: the local forge on this Liger-Kernel checkout stands for GitHub (no APP_ID, no network); "
+        "its comments, PRs and branches land beside it, in DIR.liger-bot/",
+    )
     replay.set_defaults(handler=replay_command)
 
     scan = subparsers.add_parser("scan", help="classify every causal LM of transformers against a target checkout")
@@ -40,7 +46,7 @@ def register(subparsers) -> None:
     scan.set_defaults(handler=scan_command)
 
 
-def _runtime(env, require_secret: bool, immediate: bool = False):
+def _runtime(env, require_secret: bool, immediate: bool = False, local: str | None = None):
     from bot.config import configure_logging
     from bot.config import load_config
     from bot.runtime import Runtime
@@ -49,7 +55,16 @@ def _runtime(env, require_secret: bool, immediate: bool = False):
     configure_logging(config)
     if env is os.environ:  # a real process of the App (not a test calling `program`): its files are its own
         os.umask(0o077)  # the database, the queue, the work folder: unreadable by the stage user and anyone else
-    return Runtime.from_config(config, immediate=immediate)
+    return Runtime.from_config(config, forge_for=_local_forge(local) if local else None, immediate=immediate)
+
+
+def _local_forge(directory: str):
+    """Every installation's forge is the local one on this checkout (Renovate's local platform)."""
+    from bot.forge.local import LocalForge
+    from pipelines.target import open_checkout
+
+    forge = LocalForge(open_checkout(directory).root)
+    return lambda _installation_id: forge
 
 
 def serve_command(args, ui) -> ExitStatus:
@@ -106,7 +121,7 @@ def replay_command(args, ui) -> ExitStatus:
     if not handlers.routes_for(event, action):
         ui.result(f"{event}.{action}: no handler (the server would answer 200 and ignore it)")
         return ExitStatus.OK
-    runtime = _runtime(ui.env, require_secret=False, immediate=args.inline)
+    runtime = _runtime(ui.env, require_secret=False, immediate=args.inline, local=args.local)
     worker = Worker(runtime)
     runtime.queue.bind(worker.handle_delivery, worker.advance)
     delivery_id = f"replay-{uuid.uuid4()}"
@@ -115,10 +130,11 @@ def replay_command(args, ui) -> ExitStatus:
     delivery = runtime.store.delivery(delivery_id)
     if delivery.error:
         raise PipelineError(f"{event}.{action}: {delivery.error}")
-    jobs = [job for job in runtime.store.jobs() if job.created_at >= delivery.received_at]
-    for job in jobs:
+    touched = [job for job in runtime.store.jobs() if job.updated_at >= delivery.received_at]  # `approve` goes on
+    for job in touched:
         ui.result(f"job {job.id}: {job.verb} {job.target} in {job.repo}#{job.thread}: {job.state}")
-    ui.result(f"{event}.{action}: handled ({len(jobs)} job(s) started)")
+    started = sum(1 for job in touched if job.created_at >= delivery.received_at)
+    ui.result(f"{event}.{action}: handled ({started} job(s) started, {len(touched) - started} moved on)")
     return ExitStatus.OK
 
 

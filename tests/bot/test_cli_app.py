@@ -96,7 +96,7 @@ def test_replay_runs_the_same_handlers_against_the_github_standin(tmp_path, gith
     }
     status, out, err = run(["replay", str(path)], env)
     assert status is ExitStatus.OK, err
-    assert "issue_comment.created: handled (0 job(s) started)" in out
+    assert "issue_comment.created: handled (0 job(s) started, 0 moved on)" in out
     replies = [
         c["body"] for c in github_standin.comments.values() if c["issue"] == issue and "liger-bot commands" in c["body"]
     ]

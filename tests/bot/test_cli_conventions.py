@@ -110,7 +110,10 @@ def test_kernel_through_the_cli_ends_on_the_users_branch_with_its_draft_pr_recor
     assert "| checkstyle | PASS |" in (tmp_path / "out" / "pr_body.md").read_text()
     (record,) = [json.loads(p.read_text()) for p in (liger_checkout.beside("issues")).glob("*.json")]
     assert (record["head"], record["base"], record["draft"]) == (branch, "main", True)
-    assert record["title"] == "Add LigerReLU2: a Triton kernel generated from relu2" and "| checkstyle | PASS |" in record["body"]
+    assert (
+        record["title"] == "Add LigerReLU2: a Triton kernel generated from relu2"
+        and "| checkstyle | PASS |" in record["body"]
+    )
     assert f"draft PR #{record['id']} recorded by the local forge" in err
 
 

@@ -3,7 +3,8 @@ to ATen, lowered to Triton statements, and classified into a tier.
 
 One joint graph `(inputs..., params..., dys...) -> (outputs..., dinputs..., dparams...)` is traced with `make_fx`
 on symbolic shapes (R, C) in bf16, so explicit casts and shape arithmetic (a mean's 1/C) stay visible. Every tensor
-input has the shape of the first (`silu(a) * b`, `hidden_states + residual`), and so has every output. The forward
+input has the shape of the first (`silu(a) * b`, `hidden_states + residual`), and so has every output; an input the
+reference broadcasts from another shape (a per-batch scale it unsqueezes) is refused first (broadcast.py). The forward
 kernel is the slice of that graph the outputs need; the backward kernel is the slice the gradients need, which
 recomputes forward intermediates from the saved inputs instead of saving them.
 """

@@ -331,108 +331,6 @@ class FunctionalLayer:  # built lazily as an nn.Module subclass (torch imported 
     pass
 
 
-TIMING_METHOD = (
-    "CUDA-event medians per call, L2 flushed before each, over ~{rep} ms (do_bench's rule, at most 200 calls); every "
-    "call on fresh leaf inputs and a fresh dy, parameter grads None, made untimed; forward: the forward; backward: "
-    "the backward of a forward run untimed just before (no retain_graph: one graph, one backward); full: forward + "
-    "that backward; peak MB: the full pass's max_memory_allocated, inputs counted once"
-)
-
-
-def time_side(layer, inputs, rep: float = 20.0, dynamic: bool = False, device: str = "cuda") -> dict[str, float]:
-    """forward / backward / full (ms, medians) and peak MB of one side, as Liger's benchmark scripts define the
-    modes (utils.run_speed_benchmark: backward is y.backward(dy) alone, full is the forward and that backward), with
-    none of their retain_graph: every timed call gets what it needs made fresh before it, untimed.
-
-    Why fresh: torch.compile's backward donates its saved buffers (a second backward of one graph raises), Liger's
-    SiLUMul / GELUMul backward writes its gradients into its saved inputs (a second backward reads them back as
-    inputs, and an input reused across calls is left holding gradients), Liger's norms write dX into dY, and param
-    grads accumulated over calls add a kernel to every backward. `inputs` are templates: each call clones them into
-    new leaves (marked dynamic on the tokens dimension where `dynamic`, as the compile warm-up was), and dy is a new
-    clone of one random dy. The timer is CUDA events with an L2 flush before each call (triton.testing.do_bench's
-    way); without CUDA, perf_counter (a dry run)."""
-    import statistics
-    import time as clock
-
-    import torch
-
-    from pipelines.kernel import bench
-
-    cuda = device == "cuda" and torch.cuda.is_available()
-    params = [p for p in layer.parameters() if p.requires_grad]
-    flush = [torch.empty(256 * 2**20 // 4, dtype=torch.int32, device=device)] if cuda else []
-
-    def fresh():
-        xs = [x.detach().clone().requires_grad_(True) for x in inputs]
-        if dynamic:
-            for x in xs:
-                torch._dynamo.mark_dynamic(x, 0)
-        for p in params:
-            p.grad = None
-        return xs
-
-    def forward(xs):
-        return bench.one_output(layer(*xs))
-
-    y = forward(fresh())
-    dy_template = torch.randn_like(y)
-    del y
-
-    def timed(setup, fn) -> float:
-        """One call: setup() untimed, then fn(state) timed (ms)."""
-        state = setup()
-        if cuda:
-            flush[0].zero_()
-            start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-            start.record()
-            fn(state)
-            end.record()
-            torch.cuda.synchronize()
-            return start.elapsed_time(end)
-        started = clock.perf_counter()
-        fn(state)
-        return (clock.perf_counter() - started) * 1e3
-
-    def median(setup, fn) -> float:
-        estimate = statistics.median(timed(setup, fn) for _ in range(5))  # also the warm-up
-        calls = max(5, min(200, int(rep / max(estimate, 1e-3))))
-        return statistics.median(timed(setup, fn) for _ in range(calls))
-
-    def with_graph():
-        xs = fresh()
-        return [forward(xs), dy_template.clone(), xs]
-
-    def backward(state):
-        y, dy = state.pop(0), state.pop(0)  # what is left of state keeps the inputs alive
-        y.backward(dy)
-
-    def full(state):
-        y = forward(state.pop())
-        y.backward(state.pop())
-
-    times = {
-        "forward": median(fresh, forward),
-        "backward": median(with_graph, backward),
-        "full": median(lambda: [dy_template.clone(), fresh()], full),
-    }
-    if cuda:  # the full pass's peak, its inputs counted once (the templates and the flush buffer left out)
-        flush.clear()
-        templates_mb = sum(x.numel() * x.element_size() for x in inputs) / 2**20
-        peaks = []
-        for _ in range(3):
-            state = [dy_template.clone(), fresh()]
-            torch.cuda.synchronize()
-            torch.cuda.reset_peak_memory_stats()
-            full(state)
-            torch.cuda.synchronize()
-            peaks.append(torch.cuda.max_memory_allocated() / 2**20 - templates_mb)
-            del state
-        times["peak_mb"] = sorted(peaks)[1]
-    for p in params:
-        p.grad = None
-    return times
-
-
 def timing_child(tree: Path, path: Path, deadline: float, cases_path: Path, warm: bool = False) -> None:
     """Times every case at every size (size by size) until the deadline. warm: compile only, one size, so the
     inductor caches on disk are filled while the verifies run and the timing then loads what it compiled."""
@@ -457,7 +355,7 @@ def timing_child(tree: Path, path: Path, deadline: float, cases_path: Path, warm
     torch._dynamo.config.cache_size_limit = 64
     cases = json.loads(cases_path.read_text())
     model = {"hidden": 4096, "intermediate": 14336}  # llama_3_8b, the scripts' default model
-    record: dict = {"points": [], "errors": [], "method": TIMING_METHOD.format(rep=20)}
+    record: dict = {"points": [], "errors": [], "method": bench.TIMING_METHOD.format(rep=20)}
     sizes: dict[str, list[int]] = {}
     for width in ("hidden", "intermediate"):
         sizes[width], record[f"sizes_{width}"] = _sizes(tree, model[width])
@@ -500,7 +398,7 @@ def timing_child(tree: Path, path: Path, deadline: float, cases_path: Path, warm
             try:
                 if name not in built:
                     built[name] = layers(name, case, width)
-                # templates: time_side clones them into fresh leaves for every timed call
+                # templates: bench.time_modes clones them into fresh leaves for every timed call
                 inputs = [
                     torch.randn(tokens, width, device="cuda", dtype=torch.bfloat16) for _ in range(case["inputs"])
                 ]
@@ -514,7 +412,7 @@ def timing_child(tree: Path, path: Path, deadline: float, cases_path: Path, warm
                     continue
                 for side, layer in built[name].items():
                     try:  # one side's failure (Liger's module refusing these inputs) leaves the others timed
-                        point[side] = time_side(layer, inputs, 20, dynamic=side == "compile")
+                        point[side] = bench.time_modes(layer, inputs, 20, dynamic=side == "compile")
                     except Exception as exc:  # noqa: BLE001
                         point[side] = {"error": f"{type(exc).__name__}: {str(exc)[:200]}"}
                         record["errors"].append(f"{name} {tokens}x{width} {side}: {point[side]['error']}")

@@ -1,7 +1,8 @@
 """GPU benchmark of generated kernels against eager PyTorch and torch.compile, as the target's framework times them.
 
-forward, backward (`y.backward(dy, retain_graph=True)`) and full (forward + backward with a fresh dy) are each
-timed alone with `triton.testing.do_bench` (median); peak memory is the full pass's `max_memory_allocated`.
+forward, backward (the backward of a forward run untimed just before it) and full (forward + that backward) are each
+timed alone, per call on fresh leaf inputs (`time_modes`: one graph, one backward, never retain_graph); peak memory
+is the full pass's `max_memory_allocated`. benchmarks/kernel_leave_one_out_gpu.py times its sides with it too.
 Bandwidth is the bytes a pass must move (read x, write y; read x and dy, write dx) over its time, against a
 measured device-to-device copy. Writes benchmark.json, benchmark.md and benchmark.png into --out.
 
@@ -77,46 +78,124 @@ def one_output(result):
     return sum(result) if isinstance(result, (tuple, list)) else result
 
 
-def time_modes(layer, inputs: torch.Tensor | list[torch.Tensor], rep: int) -> dict[str, float]:
-    import triton
+TIMING_METHOD = (
+    "CUDA-event medians per call, L2 flushed before each, over ~{rep} ms (do_bench's rule, at most 200 calls); every "
+    "call on fresh leaf inputs and a fresh dy, parameter grads None, made untimed; forward: the forward; backward: "
+    "the backward of a forward run untimed just before (no retain_graph: one graph, one backward); full: forward + "
+    "that backward; peak MB: the full pass's max_memory_allocated, inputs counted once"
+)
+MAX_CALLS = 200
 
-    inputs = [inputs] if isinstance(inputs, torch.Tensor) else list(inputs)
 
-    def bench(fn):
-        return triton.testing.do_bench(fn, grad_to_none=inputs, warmup=max(5, rep // 4), rep=rep, return_mode="median")
+def time_modes(layer, inputs, rep: float = 20.0, dynamic: bool = False, device: str = "cuda") -> dict[str, float]:
+    """forward / backward / full (ms, medians) and peak MB of one layer, as Liger's benchmark scripts define the
+    modes (utils.run_speed_benchmark: backward is y.backward(dy) alone, full is the forward and that backward), with
+    none of their retain_graph: every timed call gets what it needs made fresh before it, untimed.
 
-    def forward():
-        return one_output(layer(*inputs))
+    Why fresh: torch.compile's backward donates its saved buffers (a second backward of one graph raises), Liger's
+    SiLUMul / GELUMul backward writes its gradients into its saved inputs (a second backward reads them back as
+    inputs, and an input reused across calls is left holding gradients), Liger's norms write dX into dY, and param
+    grads accumulated over calls add a kernel to every backward. `inputs` (a tensor or a list) are templates, never
+    touched: each call clones them into new leaves (marked dynamic on the tokens dimension where `dynamic`), and dy
+    is a new clone of one random dy. The timer is CUDA events with an L2 flush before each call
+    (triton.testing.do_bench's way); without CUDA, perf_counter (a dry run, and the CPU tests)."""
+    templates = [inputs] if isinstance(inputs, torch.Tensor) else list(inputs)
+    cuda = device == "cuda" and torch.cuda.is_available()
+    params = [p for p in layer.parameters() if p.requires_grad]
+    flush = [torch.empty(256 * 2**20 // 4, dtype=torch.int32, device=device)] if cuda else []
 
-    y = forward()
-    dy = torch.randn_like(y)
+    def fresh():
+        xs = [x.detach().clone().requires_grad_(True) for x in templates]
+        if dynamic:
+            for x in xs:
+                torch._dynamo.mark_dynamic(x, 0)
+        for p in params:
+            p.grad = None
+        return xs
 
-    def full():
-        out = forward()
-        out.backward(torch.randn_like(out), retain_graph=True)
+    def forward(xs):
+        return one_output(layer(*xs))
 
-    times = {"forward": bench(forward), "backward": bench(lambda: y.backward(dy, retain_graph=True))}
-    times["full"] = bench(full)
-    y = dy = None  # release before the memory measurement
-    torch.cuda.synchronize()
-    for x in inputs:
-        x.grad = None
-    peaks = []
-    for _ in range(3):
-        torch.cuda.reset_peak_memory_stats()
-        full()
-        torch.cuda.synchronize()
-        peaks.append(torch.cuda.max_memory_allocated() / 2**20)
-    times["peak_mb"] = sorted(peaks)[1]
+    y = forward(fresh())
+    dy_template = torch.randn_like(y)
+    del y
+
+    def with_graph():
+        xs = fresh()
+        return [forward(xs), dy_template.clone(), xs]
+
+    def backward(state):
+        y, dy = state.pop(0), state.pop(0)  # what is left of state keeps the inputs alive
+        y.backward(dy)
+
+    def full(state):
+        y = forward(state.pop())
+        y.backward(state.pop())
+
+    def call(setup, fn) -> float:
+        return _timed_call(setup, fn, flush[0] if cuda else None)
+
+    times = {
+        "forward": _median(call, fresh, forward, rep),
+        "backward": _median(call, with_graph, backward, rep),
+        "full": _median(call, lambda: [dy_template.clone(), fresh()], full, rep),
+    }
+    if cuda:  # the full pass's peak, its inputs counted once (the templates and the flush buffer left out)
+        flush.clear()
+        templates_mb = sum(x.numel() * x.element_size() for x in templates) / 2**20
+        times["peak_mb"] = _peak_mb(lambda: [dy_template.clone(), fresh()], full) - templates_mb
+    for p in params:
+        p.grad = None
     return times
 
 
+def _timed_call(setup, fn, flush: torch.Tensor | None) -> float:
+    """One call: setup() untimed, then fn(state) timed (ms); CUDA events after an L2 flush where flush is given."""
+    import time
+
+    state = setup()
+    if flush is None:
+        started = time.perf_counter()
+        fn(state)
+        return (time.perf_counter() - started) * 1e3
+    flush.zero_()
+    start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+    start.record()
+    fn(state)
+    end.record()
+    torch.cuda.synchronize()
+    return start.elapsed_time(end)
+
+
+def _median(call, setup, fn, rep: float) -> float:
+    import statistics
+
+    estimate = statistics.median(call(setup, fn) for _ in range(5))  # also the warm-up
+    calls = max(5, min(MAX_CALLS, int(rep / max(estimate, 1e-3))))
+    return statistics.median(call(setup, fn) for _ in range(calls))
+
+
+def _peak_mb(setup, fn) -> float:
+    """The median of three full passes' max_memory_allocated (MB)."""
+    peaks = []
+    for _ in range(3):
+        state = setup()
+        torch.cuda.synchronize()
+        torch.cuda.reset_peak_memory_stats()
+        fn(state)
+        torch.cuda.synchronize()
+        peaks.append(torch.cuda.max_memory_allocated() / 2**20)
+        del state
+    return sorted(peaks)[1]
+
+
 def measure(
-    repo: Path, name: str, hidden: int, rows: int, rep: int, copy_gbps: float, providers: tuple = PROVIDERS
+    repo: Path, name: str, hidden: int, rows: int, rep: float, copy_gbps: float, providers: tuple = PROVIDERS
 ) -> dict:
     dtype = torch.bfloat16
     layers, n_inputs = load_layers(repo, name, hidden, dtype), input_count(name)
-    inputs = [torch.randn(rows, hidden, device="cuda", dtype=dtype, requires_grad=True) for _ in range(n_inputs)]
+    # templates: time_modes clones them into fresh leaves for every timed call
+    inputs = [torch.randn(rows, hidden, device="cuda", dtype=dtype) for _ in range(n_inputs)]
     with torch.no_grad():
         outputs = layers["liger"](*inputs)
         torch.testing.assert_close(outputs, layers["torch"](*inputs), atol=1e-1, rtol=5e-2)
@@ -124,8 +203,6 @@ def measure(
     result = {"name": name, "rows": rows, "hidden": hidden}
     for provider in providers:
         result[provider] = time_modes(layers[provider], inputs, rep)
-        for x in inputs:
-            x.grad = None
     if "torch_compile" not in providers:  # an A/B run of two liger versions: no compile column
         result["torch_compile"] = {mode: float("nan") for mode in (*MODES, "peak_mb")}
     element = inputs[0].numel() * inputs[0].element_size()
@@ -143,7 +220,7 @@ def measure(
 
 def markdown(results: list[dict], copy_gbps: float) -> str:
     rows = [
-        f"bf16; copy bandwidth {copy_gbps:.0f} GB/s; speedup = other time / liger time (medians of do_bench)",
+        f"bf16; copy bandwidth {copy_gbps:.0f} GB/s; speedup = other time / liger time (medians per call, fresh inputs each)",
         "",
         "| kernel | rows x hidden | fwd vs eager | bwd vs eager | full vs eager | fwd vs compile | bwd vs compile "
         "| full vs compile | peak MB liger / eager | memory saved | fwd % copy BW | bwd % copy BW |",
@@ -188,7 +265,7 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--out", required=True, type=Path)
     parser.add_argument("--rows", type=int, default=16384)
     parser.add_argument("--hidden", type=int, nargs="+", default=[4096])
-    parser.add_argument("--rep", type=int, default=50, help="do_bench repetition time in ms")
+    parser.add_argument("--rep", type=float, default=50, help="ms of calls each mode is timed over (at most 200 calls)")
     args = parser.parse_args(argv)
     args.out.mkdir(parents=True, exist_ok=True)
     copy_gbps = copy_bandwidth()
@@ -197,7 +274,9 @@ def main(argv: list[str] | None = None) -> None:
         for hidden in args.hidden:
             results.append(measure(args.repo.resolve(), name, hidden, args.rows, args.rep, copy_gbps))
             print(markdown(results[-1:], copy_gbps).splitlines()[-1], flush=True)
-    (args.out / "benchmark.json").write_text(json.dumps({"copy_gbps": copy_gbps, "results": results}, indent=2))
+    (args.out / "benchmark.json").write_text(
+        json.dumps({"copy_gbps": copy_gbps, "method": TIMING_METHOD.format(rep=args.rep), "results": results}, indent=2)
+    )
     (args.out / "benchmark.md").write_text(markdown(results, copy_gbps))
     plot(results, args.out / "benchmark.png")
     print(markdown(results, copy_gbps))

@@ -46,6 +46,7 @@ class ReferenceCode:
     inputs: list[str] = field(default_factory=lambda: ["x"])  # the forward's tensor arguments, in call order
     flags: list[str] = field(default_factory=list)  # boolean constructor switches defaulting to True (beta=True)
     forward_inherited: bool = False  # the class defines no forward: its inputs are read from the loaded class
+    optional_inputs: list[str] = field(default_factory=list)  # forward arguments defaulting to None (a shift)
 
     def signature(self) -> str:
         params = (["hidden_size"] if self.has_weights else []) + [f"{p.name}={p.default!r}" for p in self.float_params]
@@ -169,6 +170,7 @@ def _class_wrapper(cls: str, node: ast.ClassDef, imports: list[str], prelude: st
         inputs=inputs or ["x"],
         flags=flags,
         forward_inherited=inputs is None,
+        optional_inputs=_forward_optional(node),
     )
 
 
@@ -179,6 +181,13 @@ def _forward_inputs(node: ast.ClassDef) -> list[str] | None:
     if forward is None:
         return None
     return [n for n, v in _defaults(forward.args) if v is _NO_DEFAULT] or ["x"]
+
+
+def _forward_optional(node: ast.ClassDef) -> list[str]:
+    """A module's forward arguments defaulting to None (ModulatedRMSNorm's `shift=None`): tensors it may be given,
+    which the generated kernel leaves out; understand probes them for broadcasting."""
+    forward = next((n for n in node.body if isinstance(n, ast.FunctionDef) and n.name == "forward"), None)
+    return [n for n, v in _defaults(forward.args) if v is None] if forward else []
 
 
 def _function_wrapper(cls: str, node: ast.FunctionDef, imports: list[str], prelude: str) -> ReferenceCode:

@@ -3,7 +3,8 @@ to ATen, lowered to Triton statements, and classified into a tier.
 
 One joint graph `(inputs..., params..., dys...) -> (outputs..., dinputs..., dparams...)` is traced with `make_fx`
 on symbolic shapes (R, C) in bf16, so explicit casts and shape arithmetic (a mean's 1/C) stay visible. Every tensor
-input has the shape of the first (`silu(a) * b`, `hidden_states + residual`), and so has every output. The forward
+input has the shape of the first (`silu(a) * b`, `hidden_states + residual`), and so has every output; an input the
+reference broadcasts from another shape (a per-batch scale it unsqueezes) is refused first (broadcast.py). The forward
 kernel is the slice of that graph the outputs need; the backward kernel is the slice the gradients need, which
 recomputes forward intermediates from the saved inputs instead of saving them.
 """
@@ -20,6 +21,7 @@ from torch._decomp import core_aten_decompositions
 from torch._decomp import get_decompositions
 from torch.fx.experimental.proxy_tensor import make_fx
 
+from pipelines.kernel import broadcast as broadcast_mod
 from pipelines.kernel import dropin as dropin_mod
 from pipelines.kernel import reference as reference_mod
 from pipelines.kernel.dropin import DropIn
@@ -167,6 +169,13 @@ def understand(spec: Spec, repo) -> Understanding:
         ref.inputs = reference_mod.inherited_inputs(cls)
     module = _instantiate(cls, ref, PROBE_SHAPE[1], sentinels=False)
     weights = _optional_weights(cls, ref, _weights(module, ref, spec))
+    # before the same-shape probe: there `x * scale.unsqueeze(1)` would read as a shape-changing op
+    broadcast = broadcast_mod.find(module, ref, PROBE_SHAPE[1])
+    if broadcast:
+        refusal = _refusal_text(broadcast, BROADCAST_NEEDS)
+        return Understanding(
+            spec, ref, Tier.COMPLEX, None, None, weights, [], [], refusal, "", input_ports(ref.inputs, set())
+        )
     output_dtypes = _probe(module, ref, spec)
     graph, sentinels = _trace(cls, ref, spec, weights, len(output_dtypes))
     taken = {n.name for n in graph.graph.nodes} | {w.name for w in weights} | {p.name for p in ref.float_params}
@@ -206,13 +215,21 @@ def _refusal(exc: Unsupported) -> str:
     return _refusal_text(f"the traced graph needs `{exc.op}` ({exc.reason})")
 
 
-def _refusal_text(reason: str) -> str:
+TILING_NEEDS = (
+    "This op would need a hand-designed tiling (multi-pass or cross-row reduction, matmul, indexing): "
+    "write it with the liger-kernel-dev skill's tier-3 template (cross_entropy.py is the closest pattern)."
+)
+BROADCAST_NEEDS = (
+    "This op would need a kernel that reads each broadcast input at its own shape (a row index per batch, per token "
+    "or none): write it with the liger-kernel-dev skill's tier-3 template."
+)
+
+
+def _refusal_text(reason: str, needs: str = TILING_NEEDS) -> str:
     return (
         f"tier 3: {reason}. The default engine writes element-wise kernels and row-wise reductions over the last "
         "dimension, of one or more tensor inputs and outputs of one shape, with optional parameters and buffers of "
-        "shape (hidden,) or of one element. "
-        "This op would need a hand-designed tiling (multi-pass or cross-row reduction, matmul, indexing): "
-        "write it with the liger-kernel-dev skill's tier-3 template (cross_entropy.py is the closest pattern)."
+        f"shape (hidden,) or of one element. {needs}"
     )
 
 

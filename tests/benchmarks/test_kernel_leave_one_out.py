@@ -6,11 +6,7 @@ import os
 import subprocess
 import sys
 
-import pytest
-import torch
-
 from benchmarks import kernel_leave_one_out as kloo
-from benchmarks import kernel_leave_one_out_gpu as gpu
 
 # one process with TRITON_INTERPRET=1 from its start (triton.language's own jit functions are made at import): the
 # engine writes the case's ops file, then Liger's test_correctness_silumul_with_multipliers runs on it in bf16
@@ -54,63 +50,3 @@ def test_the_swiglu_case_gives_liger_s_dtype_bf16_out_for_bf16_in_with_multiplie
     argv = [sys.executable, "-c", _RUN, text, str(liger_checkout.root), case.name, str(tmp_path)]
     proc = subprocess.run(argv, capture_output=True, text=True, env=env, cwd=kloo.ROOT, timeout=300)
     assert proc.returncode == 0 and proc.stdout.strip().endswith("ok"), proc.stderr[-3000:]
-
-
-class _OneBackwardPerGraph(torch.autograd.Function):
-    """torch.compile's backward with donated buffers: a second backward of one graph raises."""
-
-    @staticmethod
-    def forward(ctx, x):
-        ctx.done = False
-        return x * 2
-
-    @staticmethod
-    def backward(ctx, dy):
-        if ctx.done:
-            raise RuntimeError("This backward function was compiled with non-empty donated buffers")
-        ctx.done = True
-        return dy * 2
-
-
-class _GradsIntoInputs(torch.autograd.Function):
-    """Liger's LigerSiLUMulFunction: views of the inputs made in forward (no_grad), saved, and its backward writes
-    da, db into them and returns them."""
-
-    @staticmethod
-    def forward(ctx, a, b):
-        a, b = a.view(-1, a.shape[-1]), b.view(-1, b.shape[-1])
-        ctx.save_for_backward(a, b)
-        return torch.nn.functional.silu(a) * b
-
-    @staticmethod
-    def backward(ctx, dc):
-        a, b = ctx.saved_tensors
-        s = torch.sigmoid(a)
-        db = dc * a * s
-        a.copy_(dc * b * s * (1 + a * (1 - s)))
-        b.copy_(db)
-        return a, b
-
-
-class _Layer(torch.nn.Module):
-    def __init__(self, fn):
-        super().__init__()
-        self.fn = fn
-        self.scale = torch.nn.Parameter(torch.ones(16))
-
-    def forward(self, *xs):
-        return self.fn.apply(*xs) * self.scale
-
-
-@pytest.mark.parametrize("fn", [_OneBackwardPerGraph, _GradsIntoInputs], ids=["donated-buffers", "grads-into-inputs"])
-def test_every_timed_backward_has_its_own_graph_and_fresh_leaves(fn):
-    """The first H200 run: every torch.compile timing of a row-wise op raised on the donated buffers (one graph,
-    backward repeated with retain_graph), and Liger's SwiGLU / GeGLU side on `A view was created in no_grad mode ...
-    modified inplace` (inputs reused across calls while its backward writes into them)."""
-    layer = _Layer(fn)
-    templates = [torch.randn(4, 16) for _ in range(fn.forward.__code__.co_argcount - 1)]
-    kept = [t.clone() for t in templates]
-    times = gpu.time_side(layer, templates, rep=0.5, device="cpu")
-    assert set(times) == {"forward", "backward", "full"} and all(v > 0 for v in times.values())
-    assert all(torch.equal(t, k) for t, k in zip(templates, kept, strict=True))  # the caller's tensors untouched
-    assert layer.scale.grad is None  # no gradient accumulated over the calls

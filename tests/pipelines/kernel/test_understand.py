@@ -194,3 +194,68 @@ def test_layer_norm_lowers_its_row_variance_and_reads_the_width_it_holds_as_n_co
     assert any(e.startswith("tl.sum(tl.where(mask, x - ") and e.endswith("/ n_cols") for e in statements)  # var
     assert not any("7.0" in e for e in statements)
     assert {"dweight", "dbias"} <= set(u.backward.col_sums)
+
+
+def test_modulated_rms_norm_is_refused_for_its_broadcast_scale_and_shift(liger_checkout):
+    # its scale / shift come in (hidden,), (B, hidden) and (B, T, hidden); at the probe's same shape the reference
+    # takes its same-shape branch, so only the other shapes show the `modulation[:, None, :]` reshape
+    text = "test/transformers/test_modulated_rms_norm.py:ModulatedRMSNormReference"
+    u = understand.understand(spec.resolve(text, liger_checkout.root), liger_checkout.root)
+    assert u.tier == Tier.COMPLEX and u.forward is None
+    assert "broadcasts scale and shift to the shape of hidden_states" in u.refusal
+    assert "scale given as (2, 33) gets `unsqueeze` ((2, 33) -> (2, 1, 33)) before `mul`" in u.refusal
+    assert "shift (optional, default None) given as (2, 33) gets `unsqueeze`" in u.refusal
+    assert "reads each broadcast input at its own shape" in u.refusal and "matmul" not in u.refusal
+
+
+def test_an_input_reshaped_before_a_broadcast_is_refused_for_that_not_for_its_output_shape(tmp_path):
+    # at the probe's same shape `scale.unsqueeze(1)` makes a (4, 4, 33) output: the reason is the unsqueeze
+    u = _understand_source(tmp_path, "def f(x, scale):\n    return x * (1 + scale.unsqueeze(1))\n", "f")
+    assert u.tier == Tier.COMPLEX
+    assert "broadcasts scale to the shape of x" in u.refusal
+    assert "scale given as (2, 33) gets `unsqueeze` ((2, 33) -> (2, 1, 33))" in u.refusal
+    assert "(at the shape of x: it fails or changes the output's shape)" in u.refusal
+    assert "maps shape" not in u.refusal
+
+
+def test_a_shape_dependent_branch_on_an_optional_input_is_refused_naming_it(tmp_path):
+    source = (
+        "class Shifted(torch.nn.Module):\n"
+        "    def forward(self, x, shift=None):\n"
+        "        if shift is None:\n            return torch.sigmoid(x)\n"
+        "        if shift.dim() == 2 and x.dim() == 3:\n            shift = shift[:, None, :]\n"
+        "        return torch.sigmoid(x) + shift\n"
+    )
+    u = _understand_source(tmp_path, source, "Shifted")
+    assert u.tier == Tier.COMPLEX
+    assert "broadcasts shift to the shape of x" in u.refusal
+    assert "shift (optional, default None) given as (2, 33) gets `unsqueeze`" in u.refusal
+    assert "(at the shape of x: no reshape)" in u.refusal
+
+
+@pytest.mark.parametrize(
+    "source",
+    [
+        "def f(a, b):\n    return torch.sigmoid(a) * b\n",  # a (hidden,) b broadcasts implicitly: nothing reshaped
+        # every input flattened the same way at every shape: a reshape, but not one a broadcast input gets
+        "def f(a, b):\n    h = a.shape[-1]\n    return (torch.sigmoid(a.reshape(-1, h)) * b.reshape(-1, h)).reshape(a.shape)\n",
+    ],
+)
+def test_an_input_the_reference_does_not_reshape_for_a_broadcast_is_not_refused_for_one(tmp_path, source):
+    from pipelines.kernel import broadcast
+
+    path = tmp_path / "op.py"
+    path.write_text("import torch\n\n\n" + source)
+    ref = reference.build(spec.resolve(f"{path}:f", tmp_path), tmp_path)
+    module = reference.load_class(ref)()
+    assert broadcast.find(module, ref, 33) == ""
+
+
+def test_a_forwards_none_default_arguments_are_its_optional_inputs(tmp_path):
+    path = tmp_path / "op.py"
+    path.write_text(
+        "import torch\n\n\nclass M(torch.nn.Module):\n"
+        "    def forward(self, x, scale, shift=None, eps=1e-6):\n        return x * scale\n"
+    )
+    ref = reference.build(spec.resolve(f"{path}:M", tmp_path), tmp_path)
+    assert ref.inputs == ["x", "scale"] and ref.optional_inputs == ["shift"]

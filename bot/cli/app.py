@@ -43,6 +43,13 @@ def register(subparsers) -> None:
     scan.add_argument("--repo", required=True, help="the Liger-Kernel checkout (liger-bot target fetch DIR)")
     scan.add_argument("--only", help="comma-separated model types to classify (default: all)")
     scan.add_argument("--json", action="store_true", help="print JSON rows instead of the dashboard markdown")
+    scan.add_argument("--jobs", type=int, default=1, help="models classified at once, each in its own process")
+    scan.add_argument(
+        "--no-cache",
+        action="store_true",
+        help="classify every model again (default: reuse DIR.liger-bot/scan-cache.json where it was made for this "
+        "target commit, transformers and liger-bot)",
+    )
     scan.set_defaults(handler=scan_command)
 
 
@@ -140,15 +147,35 @@ def replay_command(args, ui) -> ExitStatus:
 
 def scan_command(args, ui) -> ExitStatus:
     from bot.scan import render_dashboard
-    from pipelines.autopatch.scan import counts
-    from pipelines.autopatch.scan import scan
+    from pipelines.autopatch.scan import cache_for
+    from pipelines.autopatch.scan import iter_scan
     from pipelines.target import open_checkout
 
+    if args.jobs < 1:
+        raise PipelineError("--jobs must be at least 1")
     checkout = open_checkout(args.repo, require_clean=False)
     only = [m.strip() for m in args.only.split(",") if m.strip()] if args.only else None
-    rows = scan(checkout, only=only, progress=ui.progress)
-    if args.json:
-        ui.result(json.dumps({"counts": counts(rows), "models": [r.to_json() for r in rows]}, indent=2))
-    else:
-        ui.result(render_dashboard(rows, {}, (2, 5)))
+    cache = None if args.no_cache else cache_for(checkout)
+    rows = []
+    try:
+        rows.extend(iter_scan(checkout, only=only, progress=ui.progress, jobs=args.jobs, cache=cache))
+    except KeyboardInterrupt:  # what was classified is shown (and cached), as the one result; the status says so
+        ui.error(f"interrupted after {len(rows)} model(s)")
+        _show_scan(ui, rows, args.json, render_dashboard, partial=True)
+        return ExitStatus.INTERRUPTED
+    _show_scan(ui, rows, args.json, render_dashboard)
     return ExitStatus.OK
+
+
+def _show_scan(ui, rows, as_json: bool, render_dashboard, partial: bool = False) -> None:
+    from pipelines.autopatch.scan import counts
+
+    rows = sorted(rows, key=lambda row: row.model_type)  # causal_lms' order, whatever order the jobs finished in
+    if as_json:
+        ui.result(
+            json.dumps({"counts": counts(rows), "models": [r.to_json() for r in rows], "partial": partial}, indent=2)
+        )
+    else:
+        ui.result(
+            ("(interrupted: the models classified so far)\n" if partial else "") + render_dashboard(rows, {}, (2, 5))
+        )

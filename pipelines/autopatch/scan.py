@@ -8,8 +8,14 @@ refuses: why). The dashboard issue that shows the rows is the bot's (bot/scan.py
 from __future__ import annotations
 
 import enum
+import json
+import os
 from collections.abc import Callable
+from collections.abc import Iterator
+from concurrent.futures import ProcessPoolExecutor
+from concurrent.futures import as_completed
 from dataclasses import dataclass
+from pathlib import Path
 
 from pipelines.autopatch.job import call_understand
 from pipelines.autopatch.supported import supported_models
@@ -89,21 +95,97 @@ def classify_plan(model_type: str, class_name: str, profile) -> Row:
     return Row(model_type, class_name, Verdict.PATCHABLE, f"patches {plan.operations}")
 
 
-def scan(checkout, understand: Callable | None = None, only: list[str] | None = None, progress=None) -> list[Row]:
+def _models(only: list[str] | None) -> dict[str, str]:
+    models = causal_lms()
+    if not only:
+        return models
+    unknown = sorted(set(only) - set(models))
+    if unknown:
+        raise PipelineError(f"not causal LMs of the installed transformers: {', '.join(unknown)}")
+    return {m: models[m] for m in only}
+
+
+def iter_scan(
+    checkout,
+    understand: Callable | None = None,
+    only: list[str] | None = None,
+    progress=None,
+    jobs: int = 1,
+    cache: ScanCache | None = None,
+) -> Iterator[Row]:
+    """Each model's row as it is classified (so an interrupted scan keeps what it did): from the cache where it holds
+    the model for this exact target, transformers and liger-bot, else classified here or in `jobs` processes."""
     understand = understand or _default_understand()
     supported = set(supported_models(checkout.monkey_patch))
-    models = causal_lms()
-    if only:
-        unknown = sorted(set(only) - set(models))
-        if unknown:
-            raise PipelineError(f"not causal LMs of the installed transformers: {', '.join(unknown)}")
-        models = {m: models[m] for m in only}
-    rows = []
-    for index, (model_type, class_name) in enumerate(models.items(), 1):
+    models = _models(only)
+    known = cache.load() if cache else {}
+    todo = {m: c for m, c in models.items() if m not in known}
+    done = 0
+
+    def finished(row: Row) -> Row:
+        nonlocal done
+        done += 1
         if progress:
-            progress(f"[{index}/{len(models)}] {model_type}")
-        rows.append(classify(model_type, class_name, supported, checkout, understand))
-    return rows
+            progress(f"[{done}/{len(models)}] {row.model_type}: {row.verdict.value}")
+        if cache and row.model_type in todo:
+            cache.add(row)
+        return row
+
+    for model_type in (m for m in models if m in known):
+        yield finished(known[model_type])
+    if jobs <= 1:
+        for model_type, class_name in todo.items():
+            yield finished(classify(model_type, class_name, supported, checkout, understand))
+        return
+    with ProcessPoolExecutor(max_workers=jobs) as pool:  # each model's understand builds it: processes, not threads
+        futures = [pool.submit(classify, m, c, supported, checkout, understand) for m, c in todo.items()]
+        try:
+            for future in as_completed(futures):
+                yield finished(future.result())
+        finally:  # interrupted: drop what has not started, so the pool's exit waits only for the running ones
+            for future in futures:
+                future.cancel()
+
+
+def scan(checkout, understand: Callable | None = None, only: list[str] | None = None, progress=None, **options):
+    """Every row, by model type (the order `causal_lms` gives)."""
+    return sorted(iter_scan(checkout, understand, only, progress, **options), key=lambda row: row.model_type)
+
+
+@dataclass
+class ScanCache:
+    """Rows already classified, in a JSON file beside the checkout, valid only for the `key` they were made under
+    (the target's commit, transformers and liger-bot versions); written after every row, so nothing is lost."""
+
+    path: Path
+    key: str
+
+    def load(self) -> dict[str, Row]:
+        try:
+            data = json.loads(self.path.read_text())
+        except (OSError, ValueError):
+            return {}
+        if data.get("key") != self.key:
+            return {}
+        return {m: Row.from_json(row) for m, row in data.get("rows", {}).items()}
+
+    def add(self, row: Row) -> None:
+        rows = {m: r.to_json() for m, r in self.load().items()} | {row.model_type: row.to_json()}
+        self.path.parent.mkdir(parents=True, exist_ok=True)
+        temporary = self.path.with_name(f".{self.path.name}.tmp")
+        temporary.write_text(json.dumps({"key": self.key, "rows": rows}, indent=1))
+        os.replace(temporary, self.path)
+
+
+def cache_for(checkout) -> ScanCache | None:
+    """The checkout's scan cache, or None where the rows could not be trusted again (uncommitted changes)."""
+    from pipelines.pull_request import installed_versions
+
+    if checkout.git.dirty_paths():
+        return None
+    versions = installed_versions()
+    key = f"target {checkout.git.head()}; transformers {versions['transformers']}; liger-bot {versions['liger-bot']}"
+    return ScanCache(checkout.beside("scan-cache.json"), key)
 
 
 def counts(rows: list[Row]) -> dict[str, int]:

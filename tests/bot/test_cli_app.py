@@ -116,3 +116,42 @@ def test_scan_json_on_a_real_checkout(liger_checkout):
 def test_scan_refuses_names_that_are_not_causal_lms(liger_checkout):
     status, _, err = run(["scan", "--repo", str(liger_checkout.root), "--only", "t5-encoder"], {})
     assert status is ExitStatus.REFUSED and "not causal LMs" in err
+
+
+@pytest.mark.slow
+def test_scan_in_two_processes_then_from_its_cache(liger_checkout):
+    argv = ["scan", "--repo", str(liger_checkout.root), "--only", "llama,bert,gpt2", "--jobs", "2", "--json"]
+    status, out, err = run(argv, {})
+    assert status is ExitStatus.OK, err
+    verdicts = {row["model_type"]: row["verdict"] for row in json.loads(out)["models"]}
+    assert verdicts["llama"] == "supported" and verdicts["bert"] == "refused" and verdicts["gpt2"] != "refused"
+    assert [row["model_type"] for row in json.loads(out)["models"]] == ["bert", "gpt2", "llama"]
+    cache = liger_checkout.beside("scan-cache.json")
+    data = json.loads(cache.read_text())
+    assert set(data["rows"]) == {"llama", "bert", "gpt2"} and liger_checkout.git.head() in data["key"]
+    data["rows"]["bert"]["reason"] = "read from the cache"  # a second scan takes the rows made for this commit
+    cache.write_text(json.dumps(data))
+    _, out, _ = run(argv, {})
+    assert {r["model_type"]: r["reason"] for r in json.loads(out)["models"]}["bert"] == "read from the cache"
+    _, out, _ = run([*argv, "--no-cache"], {})
+    assert {r["model_type"]: r["reason"] for r in json.loads(out)["models"]}["bert"] != "read from the cache"
+    data["key"] = data["key"].replace(liger_checkout.git.head(), "0" * 40)  # made for another commit: not used
+    cache.write_text(json.dumps(data))
+    _, out, _ = run(argv, {})
+    assert {r["model_type"]: r["reason"] for r in json.loads(out)["models"]}["bert"] != "read from the cache"
+
+
+def test_an_interrupted_scan_prints_what_it_classified_and_exits_130(liger_checkout, monkeypatch):
+    from pipelines.autopatch import scan
+    from pipelines.autopatch.scan import Row
+    from pipelines.autopatch.scan import Verdict
+
+    def interrupted(*_args, **_kwargs):
+        yield Row("llama", "LlamaForCausalLM", Verdict.SUPPORTED, "apply_liger_kernel_to_llama")
+        raise KeyboardInterrupt
+
+    monkeypatch.setattr(scan, "iter_scan", interrupted)
+    status, out, err = run(["scan", "--repo", str(liger_checkout.root), "--json"], {})
+    assert status == ExitStatus.INTERRUPTED == 130 and "interrupted" in err
+    result = json.loads(out)
+    assert result["partial"] is True and [r["model_type"] for r in result["models"]] == ["llama"]

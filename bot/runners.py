@@ -14,6 +14,7 @@ import enum
 import io
 import json
 import logging
+import re
 import time
 import zipfile
 from collections.abc import Mapping
@@ -61,19 +62,26 @@ class VerifyReport:
     gates: tuple[GateResult, ...]
     figures: Figures = field(default_factory=Figures, compare=False)  # not in report.json: files beside it
     head_sha: str = ""  # the commit the gates ran on (`git rev-parse HEAD` of the runner's checkout)
+    hardware: str = ""  # the runner's GPU, for the PR template's Hardware Type (pipelines.pull_request.hardware)
 
     @property
     def passed(self) -> bool:
         return not hard_failure(list(self.gates))
 
     def to_json(self) -> dict:
-        return {"job_id": self.job_id, "head_sha": self.head_sha, "gates": [g.to_record() for g in self.gates]}
+        return {
+            "job_id": self.job_id,
+            "head_sha": self.head_sha,
+            "hardware": self.hardware,
+            "gates": [g.to_record() for g in self.gates],
+        }
 
     @classmethod
     def from_json(cls, data: Mapping) -> VerifyReport:
         try:
             gates = tuple(GateResult.from_record(g) for g in data["gates"])
-            return cls(str(data["job_id"]), gates, head_sha=str(data.get("head_sha") or ""))
+            hardware = _one_line(str(data.get("hardware") or ""))
+            return cls(str(data["job_id"]), gates, head_sha=str(data.get("head_sha") or ""), hardware=hardware)
         except (KeyError, TypeError, ValueError) as error:
             raise PipelineError(
                 f"the verify report is malformed ({error!r})", hint="check the workflow's verify step"
@@ -89,6 +97,11 @@ class VerifyReport:
 
 
 DISPATCH_INPUTS_LIMIT = 65_535  # GitHub's cap on a workflow_dispatch's inputs, all together
+
+
+def _one_line(text: str, limit: int = 120) -> str:
+    """A runner's own words in the PR body: one line of plain text, no markup, bounded."""
+    return re.sub(r"[^\w .,:()+/-]", "", " ".join(text.split()))[:limit]
 
 
 def _without_evidence(value):

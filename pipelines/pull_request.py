@@ -111,6 +111,8 @@ def target_version(checkout: Checkout) -> str:
 
 
 def _plain(parts: BodyParts, testing: str) -> str:
+    """No template of the target's: our sections, the hardware as Liger's template asks for it."""
+    testing = f"{testing.strip()}\n\nHardware Type: {parts.host}" if parts.host else testing
     sections = [("Summary", parts.summary), ("Details", parts.details), ("Testing Done", testing)]
     return "\n\n".join(f"## {name}\n\n{text.strip()}" for name, text in sections if text.strip())
 

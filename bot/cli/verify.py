@@ -14,6 +14,7 @@ from pathlib import Path
 from pipelines.outcome import ExitStatus
 from pipelines.outcome import PipelineError
 from pipelines.outcome import gates_table
+from pipelines.pull_request import hardware
 
 
 def register(subparsers) -> None:
@@ -91,7 +92,7 @@ def verify_command(args, ui) -> ExitStatus:
     request = Request(checkout, target, settings, out_dir=report_path.resolve().parent, profile=_profile(args.profile))
     gates = pipeline.verify_branch(request, lambda event: ui.progress(event if isinstance(event, str) else event.name))
     # bound to the job and to the commit the gates ran on: the App accepts it only for the head SHA it pushed
-    report = VerifyReport(str(args.job_id), tuple(gates), head_sha=checkout.git.head())
+    report = VerifyReport(str(args.job_id), tuple(gates), head_sha=checkout.git.head(), hardware=hardware())
     report_path.write_text(json.dumps(report.to_json(), indent=2) + "\n")
     ui.result(gates_table(list(gates)))
     ui.progress(f"report written to {args.report}")

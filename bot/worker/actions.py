@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import logging
 import time
+from dataclasses import replace
 
 from bot.forge.base import Forge
 from bot.forge.base import RepoRef
@@ -128,6 +129,8 @@ class ActionsMixin:
             return self.fail(job, message, retry_command(job))
         pr = result.get("pr") or {}
         parts = BodyParts.from_json(pr["parts"]) if pr.get("parts") else None
+        if parts and report.hardware:  # the template's Hardware Type: where the GPU gates ran, not the worker
+            parts = replace(parts, host=report.hardware)
         self._open_pr(job, forge.default_branch(repo), pr.get("title") or "", parts, merged, report.figures)
 
     def _still_waiting(self, job: Job, result: dict, run: WorkflowRun | None) -> None:

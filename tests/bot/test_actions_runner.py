@@ -44,10 +44,10 @@ def parked(bot, liger_checkout):
     return bot
 
 
-def report(job, *gates: GateResult, head_sha: str | None = None) -> dict:
+def report(job, *gates: GateResult, head_sha: str | None = None, hardware: str = "") -> dict:
     """The artifact a verify run uploads for `job` (a job row, or a bare job id), bound to its pushed commit."""
     job_id, sha = (job, head_sha) if isinstance(job, int) else (job.id, head_sha or job.pushed_sha)
-    verdict = VerifyReport(str(job_id), gates, head_sha=sha or "")
+    verdict = VerifyReport(str(job_id), gates, head_sha=sha or "", hardware=hardware)
     return {REPORT_ARTIFACT: {REPORT_FILE: json.dumps(verdict.to_json()).encode()}}
 
 
@@ -77,7 +77,7 @@ def test_the_job_parks_until_its_own_report_then_the_gpu_verdict_is_merged_into_
     assert job.lease_until > time.time() + 3600 and parked.standin.pulls(TARGET.full_name) == []
 
     parked.standin.artifacts.clear()  # the run is re-run and uploads this job's report
-    event = parked.standin.complete_run(parked.run["id"], "success", report(job, *GPU_PASS))
+    event = parked.standin.complete_run(parked.run["id"], "success", report(job, *GPU_PASS, hardware="NVIDIA H200"))
     parked.deliver("workflow_run", event)
     parked.drain()
     job = parked.store.get(job.id)
@@ -86,6 +86,8 @@ def test_the_job_parks_until_its_own_report_then_the_gpu_verdict_is_merged_into_
     (pull,) = parked.standin.pulls(TARGET.full_name)
     assert "| convergence | PASS | 4 passed in 312.0s |" in pull["body"]  # the GPU's PASS replaced the CPU's SKIP
     assert "needs GPU runner" not in pull["body"]
+    hardware_type = next(line for line in pull["body"].splitlines() if "Hardware Type" in line)
+    assert "NVIDIA H200" in hardware_type, hardware_type  # where the GPU gates ran, not the worker's CPU
     (status,) = parked.comments(parked.issue, "liger-bot:status")
     assert "draft PR opened" in status["body"]
 

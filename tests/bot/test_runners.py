@@ -32,6 +32,11 @@ def test_report_json_round_trip_and_malformed_reports():
     assert soft.passed
     with pytest.raises(PipelineError):
         VerifyReport.from_json({"job_id": "j", "gates": [{"name": "x", "status": "MAYBE"}]})
+    # the runner's hardware reaches the PR body as one line of plain text
+    hostile = {"job_id": "j", "gates": [], "hardware": "NVIDIA H200\n| <img src=x onerror=alert(1)> [x](y)" + "z" * 500}
+    hardware = VerifyReport.from_json(hostile).hardware
+    assert hardware.startswith("NVIDIA H200 ") and len(hardware) <= 120
+    assert not set(hardware) & set("|<>[]\n=")
 
 
 def test_actions_runner_dispatches_then_resumes_from_the_artifact(bot_checkout, github_forge, github_standin):

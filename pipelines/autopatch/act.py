@@ -190,6 +190,8 @@ class Plan:
                 " Their mini router picks 2 of 2 experts: with a sparse router, the TF32 rounding of Liger's fused"
                 " MoE in fp32 flips expert choices between the HF and Liger runs (tokens then differ by up to 1.3 in"
                 " logprob, whatever the patch); sparse routing is checked exactly on the CPU, 2 of 8 experts."
+                " Their hidden size, expert width, layer and head counts are those of the entry the tolerances come"
+                " from: the TF32 error of Liger's fused experts grows with the width its dots reduce over."
             )
         return note
 
@@ -975,9 +977,11 @@ def attention_implementation(plan: Plan) -> str:
     return "sdpa" if getattr(model_class, "_supports_sdpa", False) else "eager"
 
 
-def convergence_config(plan: Plan) -> list[tuple[str, str]]:
+def convergence_config(plan: Plan, reference: dict[str, int] | None = None) -> list[tuple[str, str]]:
     """The generated convergence entry's config: the mini sizes this config class has, randomness off, sorted; then
-    checked by running the unpatched HF model once at it (widths shrunk as verify's CPU gate shrinks them)."""
+    checked by running the unpatched HF model once at it (widths shrunk as verify's CPU gate shrinks them). A routed
+    model takes the widths of `reference` (the int fields of the entry whose tolerances it copies) where the model
+    runs at them."""
     from pipelines.autopatch import probes
 
     cls = config_class(plan)
@@ -988,8 +992,42 @@ def convergence_config(plan: Plan) -> list[tuple[str, str]]:
         if n not in unbuildable and probes._settable(cls, n)  # Falcon's head_dim is a read-only property
     ]
     fields += stochastic_fields_off(cls(), {name for name, _ in fields})
-    fields = with_repairs(cls, expert_width_fields(plan, fields))
-    return sorted(runnable_convergence_fields(plan, fields))
+    fields = expert_width_fields(plan, fields)
+    sized = reference_sized(plan, fields, reference or {})
+    if sized != fields and (runnable := _runnable(plan, with_repairs(cls, sized))) is not None:
+        return sorted(runnable)
+    return sorted(runnable_convergence_fields(plan, with_repairs(cls, fields)))
+
+
+# The widths the fused experts' TF32 dots reduce over (hidden size, expert width) and the layer and head counts the
+# error runs through: Liger set a routed entry's tolerances at its own, so a routed model's entry copying them takes
+# them too (H200: granitemoe and lara_mini at hidden 1024 / experts 1024 were 5.3e-3 to 7.5e-3 off in fp32 top-k
+# logprobs against the 5e-3 that mini_qwen3_moe passes at 896 / 768). Its router stays 2 of 2 (MINI_ROUTER_PICKS).
+REFERENCE_WIDTH_FIELDS = ("hidden_size", "num_hidden_layers", "num_attention_heads", "num_key_value_heads")
+HIDDEN_SIZE_NAMES = ("hidden_size", "d_model")
+EXPERT_WIDTH_NAMES = ("moe_intermediate_size", "intermediate_size")  # the first a config has is its experts' width
+
+
+def reference_sized(plan: Plan, fields: list[tuple[str, str]], reference: dict[str, int]) -> list[tuple[str, str]]:
+    """`fields` with the reference entry's widths, each under the name this config gives it; dense models as they are
+    (their tolerances hold at the mini widths on an H200)."""
+    if not plan.moe:
+        return fields
+    names, wanted = dict(fields), {n: reference[n] for n in REFERENCE_WIDTH_FIELDS if n in reference}
+    hidden = wanted.pop("hidden_size", None)
+    expert = next((reference[n] for n in EXPERT_WIDTH_NAMES if n in reference), None)
+    ours = {
+        **{n: v for n, v in wanted.items() if n in names},
+        **{n: hidden for n in HIDDEN_SIZE_NAMES if n in names and hidden},
+        **{n: expert for n in _first_present(EXPERT_WIDTH_NAMES, names) if expert},
+    }
+    for name, value in ours.items():
+        fields = _with(fields, name, str(value))
+    return fields
+
+
+def _first_present(candidates: tuple[str, ...], names: dict) -> list[str]:
+    return [n for n in candidates if n in names][:1]
 
 
 def with_repairs(cls, fields: list[tuple[str, str]]) -> list[tuple[str, str]]:
@@ -1023,6 +1061,11 @@ CONFIG_SEARCH_BUDGET_S = 60.0  # a model slow to build at the mini size (Gemma 3
 
 
 def runnable_convergence_fields(plan: Plan, fields: list[tuple[str, str]]) -> list[tuple[str, str]]:
+    return _runnable(plan, fields) or fields  # nothing helps: the whole-model gate reports the model's own error
+
+
+def _runnable(plan: Plan, fields: list[tuple[str, str]]) -> list[tuple[str, str]] | None:
+    """`fields`, or the first variant of it tried above that the unpatched model trains at; None if none does."""
     if _reference_error(plan, fields) is None:
         return fields
     deadline = time.monotonic() + CONFIG_SEARCH_BUDGET_S
@@ -1037,10 +1080,10 @@ def runnable_convergence_fields(plan: Plan, fields: list[tuple[str, str]]) -> li
         ]
         for candidate in candidates:
             if time.monotonic() > deadline:
-                return fields  # the whole-model gate reports the model's own error
+                return None
             if _reference_error(plan, candidate) is None:
                 return candidate
-    return fields  # nothing here helps: the whole-model gate reports the model's own error
+    return None
 
 
 def _with(fields: list[tuple[str, str]], name: str, value: str) -> list[tuple[str, str]]:
@@ -1272,7 +1315,7 @@ def edit_convergence(source: str, plan: Plan, dtype: str) -> str:
     setup = render.render(
         "autopatch/convergence_setup.py.j2",
         **ctx,
-        mini_config=convergence_config(plan),
+        mini_config=convergence_config(plan, reference_widths(source, plan)),
         attn_implementation=attention_implementation(plan),
     )
     source = edits.insert_top_level(source, edits.guarded_setup, f"mini_{x}", setup)
@@ -1293,7 +1336,7 @@ def reference_tolerances(
     multipliers, where mini_mistral's 1e-5 fails granite_swa on an H200). A commented-out entry is never copied."""
     # only the chosen cases' values are read out: get_source_segment splits the whole file on every call (152 cases
     # of 7 values each in Liger's fp32 file took 15 s a file)
-    full = {name: case for case in cases if (name := edits.case_name(case)) and len(_values(case)) >= 10}
+    full = _enabled_cases(cases)
     fallback = full.get(REFERENCE_CASES[plan.tolerance_family])
     floor = _segments(source, fallback) if fallback else list(TOLERANCES[(plan.tolerance_family, dtype)])
     parent = _parent_case(setups, list(full), plan)
@@ -1301,6 +1344,21 @@ def reference_tolerances(
         return floor
     lr, *tolerances = _segments(source, full[parent])
     return [lr, *(_looser(theirs, ours) for theirs, ours in zip(tolerances, floor[1:], strict=True))]
+
+
+def _enabled_cases(cases: list[ast.expr]) -> dict[str, ast.expr]:
+    return {name: case for case in cases if (name := edits.case_name(case)) and len(_values(case)) >= 10}
+
+
+def reference_widths(source: str, plan: Plan) -> dict[str, int]:
+    """The int fields of the setup whose entry leads reference_tolerances (the parent's, else the family's): the
+    widths those tolerances were set at."""
+    tree = ast.parse(source)
+    names = list(_enabled_cases(edits.find_parametrize_list(edits.find_function(tree, "test_mini_model")).elts))
+    setups = edits.mini_model_setups(tree)
+    fallback = REFERENCE_CASES[plan.tolerance_family]
+    name = _parent_case(setups, names, plan) or (fallback if fallback in names else None)
+    return dict(setups[name].int_fields) if name in setups else {}
 
 
 def _looser(theirs: str, ours: str) -> str:

@@ -615,6 +615,9 @@ def class_swap_differs(profile: Profile, hf_class: str, liger_class: str) -> str
     from pipelines.autopatch import probes
 
     modeling = importlib.import_module(profile.identity.modeling_module)
+    lacks = _constructor_lacks(getattr(modeling, hf_class, None), liger_class)
+    if lacks:
+        return f"{hf_class}.__init__ requires {', '.join(lacks)}, which {liger_class}'s constructor lacks"
     try:
         config = probes.tiny_config(config_class_of(profile))
         built = getattr(modeling, hf_class)(config)
@@ -629,6 +632,28 @@ def class_swap_differs(profile: Profile, hf_class: str, liger_class: str) -> str
     parts = [f"{liger_class} has no {', '.join(only_hf)}"] if only_hf else []
     parts += [f"{n} is {got[n]} in HF, {expected[n]} in {liger_class}" for n in reshaped]
     return "; ".join(parts) or f"{liger_class} builds {', '.join(sorted(set(expected) - set(got)))} it lacks"
+
+
+# What Liger 0.8.5's dense MLP classes take (swiglu.py / geglu.py): the modeling file's own calls of the HF class
+# pass the same arguments to the class swapped in.
+LIGER_MLP_CONSTRUCTORS = {
+    "LigerSwiGLUMLP": ("config", "intermediate_size"),
+    "LigerGEGLUMLP": ("config",),
+    "LigerPhi3SwiGLUMLP": ("config",),
+}
+
+
+def _constructor_lacks(hf_cls: type | None, liger_class: str) -> list[str]:
+    """The required parameters of the HF class's constructor, after the config, that Liger's class does not take
+    (Gemma 4 Unified's MLP(config, layer_idx): swapped, the model's own call would raise TypeError)."""
+    import inspect
+
+    if hf_cls is None or liger_class not in LIGER_MLP_CONSTRUCTORS:
+        return []
+    kinds = (inspect.Parameter.POSITIONAL_OR_KEYWORD, inspect.Parameter.KEYWORD_ONLY)
+    params = [p for p in inspect.signature(hf_cls.__init__).parameters.values() if p.name != "self"]
+    required = [p.name for p in params[1:] if p.kind in kinds and p.default is inspect.Parameter.empty]
+    return [name for name in required if name not in LIGER_MLP_CONSTRUCTORS[liger_class]]
 
 
 MOE_DENSE_MLP = "LigerSwiGLUMLP"  # the dense layers and shared experts of MoE models (Liger: also Qwen3Moe-named)

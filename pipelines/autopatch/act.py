@@ -1078,7 +1078,7 @@ def expert_width_fields(plan: Plan, fields: list[tuple[str, str]]) -> list[tuple
 # Tried in order when the unpatched model does not run at the mini config: no KV cache (a hybrid whose four mini
 # layers are all linear attention or Mamba has no attention layer for the cache to measure), then no grouped KV heads
 # as well (MLA attentions assume none), each also with one non-size field at its default (an MLA rotary width that
-# the mini head_dim contradicts, a layer pattern).
+# the mini head_dim contradicts, a layer pattern), then with one width tied to another as the defaults tie them.
 CONVERGENCE_SIZE_FIELDS = ("d_model", "hidden_size", "intermediate_size", "moe_intermediate_size", "vocab_size")
 
 
@@ -1103,12 +1103,28 @@ def _runnable(plan: Plan, fields: list[tuple[str, str]]) -> list[tuple[str, str]
             for name, _ in base
             if name not in CONVERGENCE_SIZE_FIELDS and name not in ("use_cache", "num_key_value_heads")
         ]
-        for candidate in candidates:
+        for candidate in candidates + _tied_variants(plan, base):
             if time.monotonic() > deadline:
                 return None
             if _reference_error(plan, candidate) is None:
                 return candidate
     return None
+
+
+def _tied_variants(plan: Plan, fields: list[tuple[str, str]]) -> list[list[tuple[str, str]]]:
+    """`fields` with one width set to another's value where the config class defaults both to one number: the model
+    may read one as the other (LongCat-Flash's rotary width is head_dim, which defaults to qk_rope_head_dim's 64)."""
+    from pipelines.autopatch.verify import WIDTH_FIELDS
+
+    defaults = config_class(plan)()
+    widths = [(n, v) for n, v in fields if n in WIDTH_FIELDS and has_field(defaults, n)]
+    default = {n: getattr(defaults, n) for n, _ in widths}
+    return [
+        _with(fields, name, other_value)
+        for name, value in widths
+        for other, other_value in widths
+        if other != name and other_value != value and type(default[name]) is int and default[name] == default[other]
+    ]
 
 
 def _with(fields: list[tuple[str, str]], name: str, value: str) -> list[tuple[str, str]]:

@@ -256,3 +256,13 @@ MINI_MODEL_SETUPS["mini_mixtral"] = MiniModelConfig(
 def test_mini_model(model_name, num_steps, lr, dtype, loss_atol, loss_rtol, logprobs_atol, logprobs_rtol, param_atol, param_rtol):
     pass
 """
+
+
+@pytest.mark.slow
+def test_a_width_the_model_reads_as_another_is_tied_to_it_as_the_config_defaults_tie_them():
+    # LongCat-Flash's rotary embedding is head_dim wide and applied to the qk_rope_head_dim part of q and k: both
+    # default to 64; the mini head_dim 128 against qk_rope_head_dim 64 failed (4 vs 8 at CPU widths)
+    plan = act.plan(understand("longcat_flash"))
+    fields = dict(act.convergence_config(plan))
+    assert fields["head_dim"] == fields["qk_rope_head_dim"]
+    assert act._reference_error(plan, sorted(fields.items())) is None

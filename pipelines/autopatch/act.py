@@ -190,6 +190,8 @@ class Plan:
                 " Their mini router picks 2 of 2 experts: with a sparse router, the TF32 rounding of Liger's fused"
                 " MoE in fp32 flips expert choices between the HF and Liger runs (tokens then differ by up to 1.3 in"
                 " logprob, whatever the patch); sparse routing is checked exactly on the CPU, 2 of 8 experts."
+                " Their hidden size, expert width, layer and head counts are those of the entry the tolerances come"
+                " from: the TF32 error of Liger's fused experts grows with the width its dots reduce over."
             )
         return note
 
@@ -613,6 +615,9 @@ def class_swap_differs(profile: Profile, hf_class: str, liger_class: str) -> str
     from pipelines.autopatch import probes
 
     modeling = importlib.import_module(profile.identity.modeling_module)
+    lacks = _constructor_lacks(getattr(modeling, hf_class, None), liger_class)
+    if lacks:
+        return f"{hf_class}.__init__ requires {', '.join(lacks)}, which {liger_class}'s constructor lacks"
     try:
         config = probes.tiny_config(config_class_of(profile))
         built = getattr(modeling, hf_class)(config)
@@ -627,6 +632,28 @@ def class_swap_differs(profile: Profile, hf_class: str, liger_class: str) -> str
     parts = [f"{liger_class} has no {', '.join(only_hf)}"] if only_hf else []
     parts += [f"{n} is {got[n]} in HF, {expected[n]} in {liger_class}" for n in reshaped]
     return "; ".join(parts) or f"{liger_class} builds {', '.join(sorted(set(expected) - set(got)))} it lacks"
+
+
+# What Liger 0.8.5's dense MLP classes take (swiglu.py / geglu.py): the modeling file's own calls of the HF class
+# pass the same arguments to the class swapped in.
+LIGER_MLP_CONSTRUCTORS = {
+    "LigerSwiGLUMLP": ("config", "intermediate_size"),
+    "LigerGEGLUMLP": ("config",),
+    "LigerPhi3SwiGLUMLP": ("config",),
+}
+
+
+def _constructor_lacks(hf_cls: type | None, liger_class: str) -> list[str]:
+    """The required parameters of the HF class's constructor, after the config, that Liger's class does not take
+    (Gemma 4 Unified's MLP(config, layer_idx): swapped, the model's own call would raise TypeError)."""
+    import inspect
+
+    if hf_cls is None or liger_class not in LIGER_MLP_CONSTRUCTORS:
+        return []
+    kinds = (inspect.Parameter.POSITIONAL_OR_KEYWORD, inspect.Parameter.KEYWORD_ONLY)
+    params = [p for p in inspect.signature(hf_cls.__init__).parameters.values() if p.name != "self"]
+    required = [p.name for p in params[1:] if p.kind in kinds and p.default is inspect.Parameter.empty]
+    return [name for name in required if name not in LIGER_MLP_CONSTRUCTORS[liger_class]]
 
 
 MOE_DENSE_MLP = "LigerSwiGLUMLP"  # the dense layers and shared experts of MoE models (Liger: also Qwen3Moe-named)
@@ -975,9 +1002,11 @@ def attention_implementation(plan: Plan) -> str:
     return "sdpa" if getattr(model_class, "_supports_sdpa", False) else "eager"
 
 
-def convergence_config(plan: Plan) -> list[tuple[str, str]]:
+def convergence_config(plan: Plan, reference: dict[str, int] | None = None) -> list[tuple[str, str]]:
     """The generated convergence entry's config: the mini sizes this config class has, randomness off, sorted; then
-    checked by running the unpatched HF model once at it (widths shrunk as verify's CPU gate shrinks them)."""
+    checked by running the unpatched HF model once at it (widths shrunk as verify's CPU gate shrinks them). A routed
+    model takes the widths of `reference` (the int fields of the entry whose tolerances it copies) where the model
+    runs at them."""
     from pipelines.autopatch import probes
 
     cls = config_class(plan)
@@ -988,8 +1017,42 @@ def convergence_config(plan: Plan) -> list[tuple[str, str]]:
         if n not in unbuildable and probes._settable(cls, n)  # Falcon's head_dim is a read-only property
     ]
     fields += stochastic_fields_off(cls(), {name for name, _ in fields})
-    fields = with_repairs(cls, expert_width_fields(plan, fields))
-    return sorted(runnable_convergence_fields(plan, fields))
+    fields = expert_width_fields(plan, fields)
+    sized = reference_sized(plan, fields, reference or {})
+    if sized != fields and (runnable := _runnable(plan, with_repairs(cls, sized))) is not None:
+        return sorted(runnable)
+    return sorted(runnable_convergence_fields(plan, with_repairs(cls, fields)))
+
+
+# The widths the fused experts' TF32 dots reduce over (hidden size, expert width) and the layer and head counts the
+# error runs through: Liger set a routed entry's tolerances at its own, so a routed model's entry copying them takes
+# them too (H200: granitemoe and lara_mini at hidden 1024 / experts 1024 were 5.3e-3 to 7.5e-3 off in fp32 top-k
+# logprobs against the 5e-3 that mini_qwen3_moe passes at 896 / 768). Its router stays 2 of 2 (MINI_ROUTER_PICKS).
+REFERENCE_WIDTH_FIELDS = ("hidden_size", "num_hidden_layers", "num_attention_heads", "num_key_value_heads")
+HIDDEN_SIZE_NAMES = ("hidden_size", "d_model")
+EXPERT_WIDTH_NAMES = ("moe_intermediate_size", "intermediate_size")  # the first a config has is its experts' width
+
+
+def reference_sized(plan: Plan, fields: list[tuple[str, str]], reference: dict[str, int]) -> list[tuple[str, str]]:
+    """`fields` with the reference entry's widths, each under the name this config gives it; dense models as they are
+    (their tolerances hold at the mini widths on an H200)."""
+    if not plan.moe:
+        return fields
+    names, wanted = dict(fields), {n: reference[n] for n in REFERENCE_WIDTH_FIELDS if n in reference}
+    hidden = wanted.pop("hidden_size", None)
+    expert = next((reference[n] for n in EXPERT_WIDTH_NAMES if n in reference), None)
+    ours = {
+        **{n: v for n, v in wanted.items() if n in names},
+        **{n: hidden for n in HIDDEN_SIZE_NAMES if n in names and hidden},
+        **{n: expert for n in _first_present(EXPERT_WIDTH_NAMES, names) if expert},
+    }
+    for name, value in ours.items():
+        fields = _with(fields, name, str(value))
+    return fields
+
+
+def _first_present(candidates: tuple[str, ...], names: dict) -> list[str]:
+    return [n for n in candidates if n in names][:1]
 
 
 def with_repairs(cls, fields: list[tuple[str, str]]) -> list[tuple[str, str]]:
@@ -1015,7 +1078,7 @@ def expert_width_fields(plan: Plan, fields: list[tuple[str, str]]) -> list[tuple
 # Tried in order when the unpatched model does not run at the mini config: no KV cache (a hybrid whose four mini
 # layers are all linear attention or Mamba has no attention layer for the cache to measure), then no grouped KV heads
 # as well (MLA attentions assume none), each also with one non-size field at its default (an MLA rotary width that
-# the mini head_dim contradicts, a layer pattern).
+# the mini head_dim contradicts, a layer pattern), then with one width tied to another as the defaults tie them.
 CONVERGENCE_SIZE_FIELDS = ("d_model", "hidden_size", "intermediate_size", "moe_intermediate_size", "vocab_size")
 
 
@@ -1023,6 +1086,11 @@ CONFIG_SEARCH_BUDGET_S = 60.0  # a model slow to build at the mini size (Gemma 3
 
 
 def runnable_convergence_fields(plan: Plan, fields: list[tuple[str, str]]) -> list[tuple[str, str]]:
+    return _runnable(plan, fields) or fields  # nothing helps: the whole-model gate reports the model's own error
+
+
+def _runnable(plan: Plan, fields: list[tuple[str, str]]) -> list[tuple[str, str]] | None:
+    """`fields`, or the first variant of it tried above that the unpatched model trains at; None if none does."""
     if _reference_error(plan, fields) is None:
         return fields
     deadline = time.monotonic() + CONFIG_SEARCH_BUDGET_S
@@ -1035,12 +1103,28 @@ def runnable_convergence_fields(plan: Plan, fields: list[tuple[str, str]]) -> li
             for name, _ in base
             if name not in CONVERGENCE_SIZE_FIELDS and name not in ("use_cache", "num_key_value_heads")
         ]
-        for candidate in candidates:
+        for candidate in candidates + _tied_variants(plan, base):
             if time.monotonic() > deadline:
-                return fields  # the whole-model gate reports the model's own error
+                return None
             if _reference_error(plan, candidate) is None:
                 return candidate
-    return fields  # nothing here helps: the whole-model gate reports the model's own error
+    return None
+
+
+def _tied_variants(plan: Plan, fields: list[tuple[str, str]]) -> list[list[tuple[str, str]]]:
+    """`fields` with one width set to another's value where the config class defaults both to one number: the model
+    may read one as the other (LongCat-Flash's rotary width is head_dim, which defaults to qk_rope_head_dim's 64)."""
+    from pipelines.autopatch.verify import WIDTH_FIELDS
+
+    defaults = config_class(plan)()
+    widths = [(n, v) for n, v in fields if n in WIDTH_FIELDS and has_field(defaults, n)]
+    default = {n: getattr(defaults, n) for n, _ in widths}
+    return [
+        _with(fields, name, other_value)
+        for name, value in widths
+        for other, other_value in widths
+        if other != name and other_value != value and type(default[name]) is int and default[name] == default[other]
+    ]
 
 
 def _with(fields: list[tuple[str, str]], name: str, value: str) -> list[tuple[str, str]]:
@@ -1272,7 +1356,7 @@ def edit_convergence(source: str, plan: Plan, dtype: str) -> str:
     setup = render.render(
         "autopatch/convergence_setup.py.j2",
         **ctx,
-        mini_config=convergence_config(plan),
+        mini_config=convergence_config(plan, reference_widths(source, plan)),
         attn_implementation=attention_implementation(plan),
     )
     source = edits.insert_top_level(source, edits.guarded_setup, f"mini_{x}", setup)
@@ -1293,7 +1377,7 @@ def reference_tolerances(
     multipliers, where mini_mistral's 1e-5 fails granite_swa on an H200). A commented-out entry is never copied."""
     # only the chosen cases' values are read out: get_source_segment splits the whole file on every call (152 cases
     # of 7 values each in Liger's fp32 file took 15 s a file)
-    full = {name: case for case in cases if (name := edits.case_name(case)) and len(_values(case)) >= 10}
+    full = _enabled_cases(cases)
     fallback = full.get(REFERENCE_CASES[plan.tolerance_family])
     floor = _segments(source, fallback) if fallback else list(TOLERANCES[(plan.tolerance_family, dtype)])
     parent = _parent_case(setups, list(full), plan)
@@ -1301,6 +1385,21 @@ def reference_tolerances(
         return floor
     lr, *tolerances = _segments(source, full[parent])
     return [lr, *(_looser(theirs, ours) for theirs, ours in zip(tolerances, floor[1:], strict=True))]
+
+
+def _enabled_cases(cases: list[ast.expr]) -> dict[str, ast.expr]:
+    return {name: case for case in cases if (name := edits.case_name(case)) and len(_values(case)) >= 10}
+
+
+def reference_widths(source: str, plan: Plan) -> dict[str, int]:
+    """The int fields of the setup whose entry leads reference_tolerances (the parent's, else the family's): the
+    widths those tolerances were set at."""
+    tree = ast.parse(source)
+    names = list(_enabled_cases(edits.find_parametrize_list(edits.find_function(tree, "test_mini_model")).elts))
+    setups = edits.mini_model_setups(tree)
+    fallback = REFERENCE_CASES[plan.tolerance_family]
+    name = _parent_case(setups, names, plan) or (fallback if fallback in names else None)
+    return dict(setups[name].int_fields) if name in setups else {}
 
 
 def _looser(theirs: str, ours: str) -> str:

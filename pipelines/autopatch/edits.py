@@ -154,10 +154,12 @@ def guarded_setup(node: ast.stmt) -> str | None:
 
 @dataclass(frozen=True)
 class MiniSetup:
-    """One `MINI_MODEL_SETUPS` entry of a convergence file: the patch function it applies and its config's fields."""
+    """One `MINI_MODEL_SETUPS` entry of a convergence file: the patch function it applies, its config's fields and
+    those of them given as plain integers (the widths its tolerances were set at)."""
 
     patch_fn: str | None
     config_fields: frozenset[str]
+    int_fields: tuple[tuple[str, int], ...] = ()
 
 
 def mini_model_setups(tree: ast.AST) -> dict[str, MiniSetup]:
@@ -183,8 +185,13 @@ def _mini_setup(call: ast.Call) -> MiniSetup:
     if isinstance(patch, ast.Call) and patch.args:  # functools.partial(apply_liger_kernel_to_x, ...)
         patch = patch.args[0]
     config = keywords.get("mini_model_config")
-    fields = frozenset(k.arg for k in config.keywords if k.arg) if isinstance(config, ast.Call) else frozenset()
-    return MiniSetup(patch.id if isinstance(patch, ast.Name) else None, fields)
+    keywords = [k for k in config.keywords if k.arg] if isinstance(config, ast.Call) else []
+    ints = tuple((k.arg, k.value.value) for k in keywords if _is_int(k.value))
+    return MiniSetup(patch.id if isinstance(patch, ast.Name) else None, frozenset(k.arg for k in keywords), ints)
+
+
+def _is_int(node: ast.expr) -> bool:
+    return isinstance(node, ast.Constant) and type(node.value) is int
 
 
 def _called_name(call: ast.Call) -> str | None:

@@ -51,6 +51,14 @@ def test_an_mlp_whose_liger_class_builds_other_parameters_is_patched_on_instance
     assert act.plan(understand("gemma")).mlp.class_statement == "modeling_gemma.GemmaMLP = LigerGEGLUMLP"
 
 
+def test_an_mlp_whose_constructor_takes_a_layer_index_is_patched_on_instances_only():
+    # Gemma4UnifiedTextMLP(config, layer_idx): swapped for LigerGEGLUMLP(config), the model's own call raised TypeError
+    plan = act.plan(understand("gemma4_unified_text"))
+    assert plan.mlp.class_statement.startswith("pass") and "_patch_geglu_module" in plan.mlp.instance_statement
+    (note,) = [n for n in plan.notes if "Gemma4UnifiedTextMLP is patched on instances only" in n]
+    assert "requires layer_idx, which LigerGEGLUMLP's constructor lacks" in note
+
+
 @pytest.mark.slow
 def test_recurrent_gemma_s_patch_passes_the_whole_model_gate(recurrent_gemma, liger_checkout):
     from pipelines.autopatch import verify

@@ -8,6 +8,7 @@ import ast
 import pytest
 import torch
 
+from pipelines.chunked_loss import act
 from pipelines.chunked_loss import masked
 from pipelines.chunked_loss import reference
 from pipelines.chunked_loss import spec
@@ -153,8 +154,6 @@ def test_plain_functions_are_classified_and_a_batch_mean_inside_the_loss_refused
 
 
 def test_a_family_is_one_switch_over_loss_types_each_proven_on_its_own(liger_template):
-    from pipelines.chunked_loss import act
-
     text = "test/chunked_loss/test_dpo_loss.py:sigmoid=HFDPOLoss,robust=HFRobustLoss,discopop=HFDiscoPOPLoss"
     u = _understand(text, liger_template, name="dpo_family")
     assert [t for t, _ in u.variants] == ["sigmoid", "robust", "discopop"]
@@ -195,6 +194,11 @@ def test_kto_selections_become_masks_proven_equal_by_running(liger_template):
     assert u.probe.passed  # the decomposition proven again on the masked form
     dpo = _understand("test/chunked_loss/test_dpo_loss.py:HFDPOLoss", liger_template)
     assert not dpo.masking.applied and dpo.masking.reason == "no boolean selection"
+    # the generated docstring says so, where it applies
+    kto_loss, dpo_loss = (act.render_files(x)[str(act.LossFiles.of(x.spec.name).loss)] for x in (u, dpo))
+    assert "Boolean selections (`x[labels]`) are written as masks" in kto_loss
+    assert "written as masks" not in dpo_loss
+    ast.parse(kto_loss)
 
 
 def test_a_masked_form_that_differs_keeps_the_selections(liger_template, monkeypatch):

@@ -199,6 +199,7 @@ def context(u: Understanding) -> dict:
         "chunk_signature": _chunk_signature(u),
         "chunk_docs": _chunk_docs(u),
         "chunk_body": _chunk_body(u),
+        "masked_selections": u.masking.applied,
         "forward_signature": forward,
         "forward_docs": [_doc(p.split("=")[0]) for p in forward],
         "super_kwargs": super_kwargs,

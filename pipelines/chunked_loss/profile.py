@@ -29,6 +29,7 @@ class ChunkedLossProfile:
     normalisation: str
     outputs: list[str]
     decomposition: dict  # the probe: chunks, max abs diff per output, passed
+    shape_static: dict  # boolean selections written as masks: applied, why (not), the check by running
     specialised: dict
     evidence: list[dict]
 
@@ -81,6 +82,7 @@ def build(u: Understanding) -> ChunkedLossProfile:
         else "losses.sum() / full_target.shape[0] per chunk (sequences)",
         outputs=u.outputs,
         decomposition=u.probe.to_json(),
+        shape_static=u.masking.to_json(),
         specialised=dict(ref.specialised),
         evidence=[e.to_json() for e in ref.evidence],
     )

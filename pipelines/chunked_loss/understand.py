@@ -9,6 +9,11 @@ That holds only when each sequence's loss depends on its own log-probs alone; it
 reference on a whole random batch against the per-chunk function on uneven chunks of it, in float64. A loss that
 needs a batch-wide statistic (a sort, a batch mean inside the loss, a normalisation over the batch) fails that
 check and is refused, naming the operation.
+
+Boolean selections in the per-chunk function (the unpaired base's `log_prob_chunk[preference_labels_chunk]`,
+and the reductions and size branches after them) are then written as masks (`masked.py`), so no shape depends on
+the labels under torch.compile; the masked form is used only where running both forms on random inputs (chunk
+sizes 1 and more, all labels True, all False, mixed) gives the same outputs and gradients.
 """
 
 from __future__ import annotations
@@ -23,6 +28,7 @@ from dataclasses import replace
 import torch
 import torch.nn.functional as F
 
+from pipelines.chunked_loss import masked
 from pipelines.chunked_loss import reference as reference_mod
 from pipelines.chunked_loss.reference import PAIRED
 from pipelines.chunked_loss.reference import Reference
@@ -55,6 +61,12 @@ BATCH_WIDE = (
     "sum",
 )
 N_NAME = "n_sequences"  # the generated normaliser; a reference using this name is refused
+# the per-chunk function's per-sequence parameters (chunk_function names them), for the masked rewrite
+PAIRED_VECTORS = {"chosen_logps", "rejected_logps", "ref_chosen_logps", "ref_rejected_logps"}
+UNPAIRED_VECTORS = {"log_prob_chunk", "ref_log_prob_chunk"}
+UNPAIRED_MASKS = {"preference_labels_chunk"}
+MASKED_SIZES = (1, 2, 5)  # chunk sizes the masked form is checked on: Liger's default chunk_size is 1
+MASKED_TOLERANCE = 1e-12  # float64; the masked sums add zeros in another order
 
 
 @dataclass(frozen=True)
@@ -75,6 +87,26 @@ class Probe:
         }
 
 
+@dataclass(frozen=True)
+class MaskedCheck:
+    """The boolean selections written as masks (`masked.py`), and the proof by running that both forms agree."""
+
+    applied: bool
+    reason: str
+    selections: tuple[str, ...] = ()
+    cases: int = 0  # inputs both forms ran on (chunk sizes x label patterns x with / without reference log-probs)
+    max_abs_diff: float = 0.0  # over every output and every gradient
+
+    def to_json(self) -> dict:
+        return {
+            "applied": self.applied,
+            "reason": self.reason,
+            "selections": list(self.selections),
+            "cases": self.cases,
+            "max_abs_diff": self.max_abs_diff,
+        }
+
+
 @dataclass
 class Understanding:
     spec: Spec
@@ -86,6 +118,7 @@ class Understanding:
     probe: Probe
     notes: list[str] = field(default_factory=list)
     variants: list = field(default_factory=list)  # (loss_type, Reference) of a family; empty for one loss
+    masking: MaskedCheck = MaskedCheck(False, "not tried")
 
     @property
     def family(self) -> bool:
@@ -100,9 +133,14 @@ def understand(spec: Spec, repo, settings: dict[str, str]) -> Understanding:
     if spec.variants:
         return understand_family(spec, repo, settings)
     ref, chunk, outputs, probe = _variant(spec, repo, settings)
+    chunk, masking = shape_static(ref, chunk)
     source = ast.unparse(ast.fix_missing_locations(chunk))
+    if masking.applied:  # the decomposition, proven again on the code that is written
+        probe = prove(ref, source, outputs)
     body = source.splitlines()[1:]
-    return Understanding(spec, ref, source, body, [a.arg for a in chunk.args.args], outputs, probe)
+    u = Understanding(spec, ref, source, body, [a.arg for a in chunk.args.args], outputs, probe)
+    u.masking = masking
+    return u
 
 
 def _variant(spec: Spec, repo, settings: dict[str, str], hypers: list | None = None):
@@ -174,7 +212,7 @@ def understand_family(spec: Spec, repo, settings: dict[str, str]) -> Understandi
         origin=f"{spec.text} ({len(refs)} loss types)",
         evidence=[e for r in refs for e in r.evidence],
     )
-    chunk = _dispatch(chunks, _prologue_length(first))
+    chunk, masking = shape_static(merged, _dispatch(chunks, _prologue_length(first)), [t for t, _ in spec.variants])
     source = ast.unparse(ast.fix_missing_locations(chunk))
     probe = Probe(
         first_probe(probes).pairs,
@@ -184,6 +222,7 @@ def understand_family(spec: Spec, repo, settings: dict[str, str]) -> Understandi
     )
     u = Understanding(spec, merged, source, source.splitlines()[1:], [a.arg for a in chunk.args.args], outputs, probe)
     u.variants = [(t, r) for (t, _), r in zip(spec.variants, refs, strict=True)]
+    u.masking = masking
     return u
 
 
@@ -476,3 +515,109 @@ def _prove_unpaired(ref: Reference, reference, chunked, outputs: list[str]) -> P
         parts.append(_run(chunked, logps[piece], labels[piece], full_target, **kwargs, **extras, **hypers))
     diffs = _compare(whole, parts, outputs, n)
     return Probe(n, (4, 2, 8), diffs, all(d <= PROBE_TOLERANCE for d in diffs.values()))
+
+
+# --- boolean selections written as masks ------------------------------------------------------------------------
+
+
+def shape_static(ref: Reference, chunk: ast.FunctionDef, loss_types=()) -> tuple[ast.FunctionDef, MaskedCheck]:
+    """The per-chunk function with its boolean selections written as masks (no shape depends on the labels, so
+    torch.compile traces it as one graph), where that form is proven equal to it by running; else as it is."""
+    vectors, masks = (PAIRED_VECTORS, set()) if ref.kind == PAIRED else (UNPAIRED_VECTORS, UNPAIRED_MASKS)
+    result = masked.rewrite(chunk, vectors, masks)
+    if result.fn is None:
+        return chunk, MaskedCheck(False, result.reason)
+    original, rewritten = (ast.unparse(ast.fix_missing_locations(f)) for f in (chunk, result.fn))
+    cases, diff = prove_masked(ref, original, rewritten, loss_types)
+    selections = tuple(result.selections)
+    if not diff <= MASKED_TOLERANCE:
+        reason = f"the masked form differs from the selections by {diff:.3g} on random inputs: selections kept"
+        return chunk, MaskedCheck(False, reason, selections, cases, diff)
+    reason = "boolean selections written as masks; outputs and gradients equal on every case"
+    return result.fn, MaskedCheck(True, reason, selections, cases, diff)
+
+
+def prove_masked(ref: Reference, original: str, rewritten: str, loss_types=()) -> tuple[int, float]:
+    """Both forms of the per-chunk function on the same random inputs, in float64: chunk sizes 1 and more, every
+    label True, every label False and mixed, with and without reference log-probs, each loss type of a family.
+    Returns how many cases ran and the largest difference of any output or any gradient (inf where only one of
+    the two raised)."""
+    before, after = load(original, "per-chunk loss"), load(rewritten, "masked per-chunk loss")
+    worst, count = 0.0, 0
+    for inputs in _masked_cases(ref):
+        for loss_type in loss_types or (None,):
+            extra = {"loss_type": loss_type} if loss_type is not None else {}
+            want, got = _run_with_grads(before, inputs, extra), _run_with_grads(after, inputs, extra)
+            if want is None and got is None:  # both raise on this input: the same behaviour
+                continue
+            count += 1
+            worst = max(worst, _max_diff(want, got))
+    return count, worst
+
+
+def _masked_cases(ref: Reference):
+    generator = torch.Generator().manual_seed(0)
+    hypers = _hypers(ref)
+    for size in MASKED_SIZES:
+        patterns = ["all", "none"] + (["mixed"] if size > 1 else [])
+        for pattern in patterns:
+            for with_ref in (True, False) if ref.uses_ref else (False,):
+                tensors = _masked_inputs(ref, size, pattern, with_ref, generator)
+                tensors.update({n: torch.randn(1, dtype=torch.float64, generator=generator) for n in ref.extra_tensors})
+                yield {**tensors, **hypers}
+
+
+def _masked_inputs(ref: Reference, size: int, pattern: str, with_ref: bool, generator) -> dict:
+    def logps(low: float, high: float) -> torch.Tensor:
+        return low + (high - low) * torch.rand(size, dtype=torch.float64, generator=generator)
+
+    full_target = torch.zeros(2 * (size + 3), 3, dtype=torch.long)  # the batch: more sequences than the chunk
+    if ref.kind == PAIRED:  # a mask the loss computes: chosen above rejected for all, for none, for some
+        high, low = logps(-0.5, -0.05), logps(-6.0, -5.5)
+        chosen, rejected = {"all": (high, low), "none": (low, high)}.get(pattern, (logps(-6, -0.05), logps(-6, -0.05)))
+        inputs = {"chosen_logps": chosen, "rejected_logps": rejected, "full_target": full_target}
+        if ref.uses_ref:
+            inputs["ref_chosen_logps"] = logps(-6.0, -0.05) if with_ref else None
+            inputs["ref_rejected_logps"] = logps(-6.0, -0.05) if with_ref else None
+        return inputs
+    labels = {"all": torch.ones(size, dtype=torch.bool), "none": torch.zeros(size, dtype=torch.bool)}.get(
+        pattern, torch.arange(size) % 2 == 0
+    )
+    inputs = {"log_prob_chunk": logps(-6.0, -0.05), "preference_labels_chunk": labels, "full_target": full_target}
+    if ref.uses_ref:
+        inputs["ref_log_prob_chunk"] = logps(-6.0, -0.05) if with_ref else None
+    return inputs
+
+
+def _run_with_grads(fn, inputs: dict, extra: dict) -> list[torch.Tensor] | None:
+    """Each output, then the gradient of each output's sum with respect to every floating-point input."""
+    leaves = {
+        k: v.detach().clone().requires_grad_(v.is_floating_point()) if isinstance(v, torch.Tensor) else v
+        for k, v in inputs.items()
+    }
+    try:
+        outputs = _as_list(fn(**leaves, **extra))
+    except Exception:  # compared: both raising is the same behaviour, one raising is a difference
+        return None
+    differentiable = [v for v in leaves.values() if isinstance(v, torch.Tensor) and v.requires_grad]
+    found = [torch.as_tensor(o).detach().double() for o in outputs]
+    for output in outputs:
+        if isinstance(output, torch.Tensor) and output.requires_grad:
+            grads = torch.autograd.grad(output.sum(), differentiable, retain_graph=True, allow_unused=True)
+        else:
+            grads = [None] * len(differentiable)
+        found += [torch.zeros_like(x) if g is None else g.detach() for g, x in zip(grads, differentiable, strict=True)]
+    return found
+
+
+def _max_diff(want: list[torch.Tensor] | None, got: list[torch.Tensor] | None) -> float:
+    if want is None or got is None or len(want) != len(got):
+        return math.inf
+    worst = 0.0
+    for a, b in zip(want, got, strict=True):
+        if a.shape != b.shape or not torch.equal(a.isnan(), b.isnan()):
+            return math.inf
+        diff = torch.where((a == b) | a.isnan(), 0.0, (a - b).abs())  # inf beside inf, nan beside nan: the same
+        if diff.numel():
+            worst = max(worst, float(diff.max()))
+    return worst

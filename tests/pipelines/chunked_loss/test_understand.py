@@ -6,7 +6,10 @@ from __future__ import annotations
 import ast
 
 import pytest
+import torch
 
+from pipelines.chunked_loss import act
+from pipelines.chunked_loss import masked
 from pipelines.chunked_loss import reference
 from pipelines.chunked_loss import spec
 from pipelines.chunked_loss import understand
@@ -151,8 +154,6 @@ def test_plain_functions_are_classified_and_a_batch_mean_inside_the_loss_refused
 
 
 def test_a_family_is_one_switch_over_loss_types_each_proven_on_its_own(liger_template):
-    from pipelines.chunked_loss import act
-
     text = "test/chunked_loss/test_dpo_loss.py:sigmoid=HFDPOLoss,robust=HFRobustLoss,discopop=HFDiscoPOPLoss"
     u = _understand(text, liger_template, name="dpo_family")
     assert [t for t, _ in u.variants] == ["sigmoid", "robust", "discopop"]
@@ -168,3 +169,63 @@ def test_a_family_is_one_switch_over_loss_types_each_proven_on_its_own(liger_tem
         ast.parse(text, filename=path)
     with pytest.raises(PipelineError, match="differs from 'sigmoid' in average_log_prob"):
         _understand("trl:dpo:sigmoid,ipo", liger_template, name="mixed")
+
+
+KTO = "test/chunked_loss/test_kto_loss.py:HFKTOLoss"
+
+
+def _kto_inputs():
+    labels = torch.tensor([True, False, True, True])
+    return (torch.randn(4, requires_grad=True), labels, torch.zeros(8, 3), torch.randn(4)), {"kl": torch.zeros(1)}
+
+
+def _without_rewrite(monkeypatch):
+    monkeypatch.setattr(masked, "rewrite", lambda fn, vectors, masks: masked.Rewritten(None, "switched off"))
+
+
+def test_kto_selections_become_masks_proven_equal_by_running(liger_template):
+    u = _understand(KTO, liger_template)
+    assert u.masking.applied, u.masking.reason
+    # 3 chunk sizes x their label patterns (all True, all False, mixed) x with and without reference log-probs
+    assert u.masking.cases == 16 and u.masking.max_abs_diff <= understand.MASKED_TOLERANCE
+    assert "log_prob_chunk[preference_labels_chunk]" in u.masking.selections
+    assert "[preference_labels_chunk]" not in u.chunk_source and ".shape[0] != 0" not in u.chunk_source
+    assert "losses = torch.where(preference_labels_chunk, chosen_losses, rejected_losses)" in u.chunk_source
+    assert u.probe.passed  # the decomposition proven again on the masked form
+    dpo = _understand("test/chunked_loss/test_dpo_loss.py:HFDPOLoss", liger_template)
+    assert not dpo.masking.applied and dpo.masking.reason == "no boolean selection"
+    # the generated docstring says so, where it applies
+    kto_loss, dpo_loss = (act.render_files(x)[str(act.LossFiles.of(x.spec.name).loss)] for x in (u, dpo))
+    assert "Boolean selections (`x[labels]`) are written as masks" in kto_loss
+    assert "written as masks" not in dpo_loss
+    ast.parse(kto_loss)
+
+
+def test_a_masked_form_that_differs_keeps_the_selections(liger_template, monkeypatch):
+    real = masked.rewrite
+
+    def swapped_masks(fn, vectors, masks):  # a wrong rewrite: chosen and rejected exchanged
+        result = real(fn, vectors, masks)
+        source = ast.unparse(result.fn).replace(
+            "torch.where(preference_labels_chunk,", "torch.where(~preference_labels_chunk,"
+        )
+        return masked.Rewritten(ast.parse(source).body[0], result.reason, result.selections)
+
+    monkeypatch.setattr(masked, "rewrite", swapped_masks)
+    u = _understand(KTO, liger_template)
+    assert not u.masking.applied and "differs from the selections" in u.masking.reason
+    assert "chosen_logps = log_prob_chunk[preference_labels_chunk]" in u.chunk_source
+
+
+@pytest.mark.slow
+def test_the_masked_kto_compiles_as_one_graph_where_the_selections_break(liger_template, monkeypatch):
+    masked_source = _understand(KTO, liger_template).chunk_source
+    _without_rewrite(monkeypatch)
+    selecting_source = _understand(KTO, liger_template).chunk_source
+    args, kwargs = _kto_inputs()
+    torch._dynamo.reset()
+    torch.compile(understand.load(masked_source, "masked"), fullgraph=True, backend="eager")(*args, **kwargs)
+    torch._dynamo.reset()
+    with pytest.raises(Exception, match="data-dependent"):
+        torch.compile(understand.load(selecting_source, "selecting"), fullgraph=True, backend="eager")(*args, **kwargs)
+    torch._dynamo.reset()

@@ -86,7 +86,7 @@ def solo_bench(row: dict, work: Path, runs_dir: Path, limit: float) -> None:
     row["solo"] = load_json(solo / "benchmark.json")
 
 
-def liger_tests(row: dict, dest: Path, work: Path, runs_dir: Path, limit: float) -> None:
+def liger_tests(row: dict, dest: Path, work: Path, runs_dir: Path, limit: float, workers: int = 1) -> None:
     """Liger's own test file of a leave-one-out loss against the generated class (prepared with its imports
     swapped), on the GPU in the loss's clone: the drop-in claim, checked by the target's own tests."""
     prepared = dest / "liger_tests" / f"{row['name']}.py"
@@ -98,6 +98,8 @@ def liger_tests(row: dict, dest: Path, work: Path, runs_dir: Path, limit: float)
     argv = [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", str(test)] + (
         ["-k", select] if select else []
     )
+    if workers > 1:  # DPO's 490 cases each compile Liger's chunk: one process does not finish them in a call
+        argv += ["-n", str(workers)]
     env = {**os.environ, "PYTHONPATH": f"{work / 'src'}:{work}"}
     log = runs_dir / row["name"] / "liger_tests.log"
     rc, seconds = run_bounded(argv, work, log, limit, env)
@@ -190,6 +192,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument(
         "--liger-tests-s", type=float, default=150, help="Liger's own test files, all at once (0: none)"
     )
+    parser.add_argument("--liger-tests-workers", type=int, default=1, help="pytest-xdist workers per test file")
     parser.add_argument("--skip-verify", action="store_true", help="only Liger's tests and the solo benchmarks")
     args = parser.parse_args(argv)
     deadline = time.monotonic() + args.deadline
@@ -219,7 +222,12 @@ def main(argv: list[str] | None = None) -> int:
     if gpu and args.liger_tests_s > 0 and deadline - time.monotonic() > args.solo_min_s:
         limit = min(args.liger_tests_s, deadline - time.monotonic() - args.solo_min_s)
         with ThreadPoolExecutor(max(1, args.parallel)) as pool:
-            list(pool.map(lambda r: liger_tests(r, args.dest, trees[r["name"]], runs_dir, limit), done))
+            list(
+                pool.map(
+                    lambda r: liger_tests(r, args.dest, trees[r["name"]], runs_dir, limit, args.liger_tests_workers),
+                    done,
+                )
+            )
         write_summary(args.out, done)
     for row in sorted(done, key=lambda r: r["against"] is None):  # leave-one-out first: Liger's class beside it
         left = deadline - time.monotonic()

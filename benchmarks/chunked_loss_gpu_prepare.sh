@@ -49,8 +49,8 @@ Path(sys.argv[3]).write_text(t.read_text()); t.unlink(); print(c[3])" "$loss" "$
     "$DEST/liger_tests/$1.py" >"$DEST/liger_tests/$1.select"
 }
 
-# LOSSES picks a subset (default: all nine); Liger's own test file is kept for every leave-one-out loss but DPO's
-# (its 490 cases, each compiling Liger's chunk, do not fit a device call)
+# LOSSES picks a subset (default: all nine); Liger's own test file is kept for every leave-one-out loss (DPO's 490
+# cases, each compiling Liger's chunk, need chunked_loss_gpu.py's --liger-tests-workers to fit a device call)
 LOSSES=${LOSSES:-slic apo_zero_unpaired ipo sigmoid_norm loo_dpo loo_orpo loo_cpo loo_simpo loo_kto}
 want() { [[ " $LOSSES " == *" $1 "* ]]; }
 mkdir -p "$DEST/liger_tests"
@@ -69,7 +69,7 @@ mkdir -p "$DEST/liger_tests"
 ! want loo_simpo || generate loo_simpo benchmarks.chunked_loss_sides:LigerLMHeadSimPO $(loo_spec simpo)
 # shellcheck disable=SC2046
 ! want loo_kto || generate loo_kto test.chunked_loss.test_kto_loss:LigerLMHeadKTO $(loo_spec kto)
-for name in loo_orpo loo_cpo loo_simpo loo_kto; do
+for name in loo_dpo loo_orpo loo_cpo loo_simpo loo_kto; do
   if want "$name" && grep -q "^$name " "$DEST/losses.txt"; then swapped "$name"; fi
 done
 git -C "$DEST/lk" checkout -q main

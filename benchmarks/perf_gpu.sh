@@ -1,16 +1,21 @@
 #!/usr/bin/env bash
-# The perf pipeline's one GPU run, through the shipped path: liger-bot installed from its wheel, then
-# `liger-bot perf fused_add_rms_norm` and `liger-bot perf rms_norm` end to end on fresh clones of the carried
-# checkout, then a table of both (every size and pass, before / after / torch.compile) and the wall time per kernel.
+# The perf pipeline's one GPU run, through the shipped path: liger-bot installed from its wheel, then, each on a fresh
+# clone of the carried checkout: `liger-bot perf rms_norm` (Liger's, full pass at 16384x16384), `liger-bot perf
+# layer_norm` (Liger's, backward at 4096x16384), and the generated RMSNorm (`liger-bot kernel
+# test/transformers/test_rms_norm.py:LlamaRMSNorm` run here, then `liger-bot perf llama_rms_norm` on its branch);
+# a table per kernel (every size and pass, before / after / torch.compile), the generated kernel against Liger's
+# LigerRMSNorm (casting_mode "llama", what the rms_norm run measured) at the sizes both timed, and the wall time
+# per kernel.
 #
 # Here (CPU host):   bash benchmarks/perf_gpu_prepare.sh .perf
-# Device (one call): run(command="OUT=$OUT bash benchmarks/perf_gpu.sh .perf", carry=[".perf"], timeout_s=540)
+# Device (one call): run(command="OUT=$OUT bash benchmarks/perf_gpu.sh .perf", carry=[".perf"], timeout_s=580)
 #
-# Budgets keep the call under 7 minutes (~400 s at worst): fused_add_rms_norm starts no variant after 165 s
-# (killed at 240 s; of what the baseline leaves, the launch sweep v1 may use 40%, the structural variants have the
-# rest), rms_norm after 50 s (killed at 130 s); the workspaces (variants, notes, child JSON, PR bodies) land in
-# $OUT. Each point is timed from a CUDA graph where capture works, else with do_bench (the table's "timing",
-# before / after); a point whose baseline is launch-bound is shown but never rejects a variant ("judged").
+# Limits (worst case, every step killed at its limit): install ~15 s, rms_norm 160 s (no variant starts after 50 s),
+# layer_norm 120 s (35 s), generating llama_rms_norm 100 s, its perf 140 s (45 s): ~535 s. The kernel's tests run on 8
+# pytest-xdist workers (--test-workers; rms_norm's 300-odd parametrizations ran serially past 60 s before), the whole
+# file in the final gate. The workspaces (variants, notes, child JSON, PR bodies) land in $OUT. Each point is timed
+# from a CUDA graph where capture works, else with do_bench (the table's "timing", before / after); a point whose
+# baseline is launch-bound is shown but never rejects a variant ("judged").
 set -uo pipefail
 PERF=${1:-.perf}
 OUT=${OUT:-out/perf-gpu}
@@ -30,8 +35,10 @@ echo "installed liger-bot from $(ls "$PERF"/wheels/liger_bot-*.whl) in $(( $(dat
 run_kernel() {  # name limit_s args...
   local name=$1 limit=$2
   shift 2
-  rm -rf "/tmp/lk-$name"
-  git clone -q "$PERF/lk" "/tmp/lk-$name"
+  if [ -z "${REUSE:-}" ]; then  # REUSE=1: the checkout is already there (a generated kernel's branch)
+    rm -rf "/tmp/lk-$name"
+    git clone -q "$PERF/lk" "/tmp/lk-$name"
+  fi
   local t0=$(date +%s)
   timeout "$limit" "$LB" perf "$name" --repo "/tmp/lk-$name" --out "$OUT/$name" --json "$@" \
     >"$OUT/$name.json" 2>"$OUT/$name.log"
@@ -42,45 +49,21 @@ run_kernel() {  # name limit_s args...
   git -C "/tmp/lk-$name" diff --stat main..HEAD 2>/dev/null | tail -2
 }
 
-run_kernel fused_add_rms_norm 240 --pass backward --size 4096x16384 --budget-s 165
-run_kernel rms_norm 130 --pass full --size 16384x16384 --no-ncu --no-script --tests-k "not dtensor" \
-  --final-tests-k "not dtensor" --budget-s 50
+WORKERS=(--test-workers 8 --no-ncu --no-script)
+run_kernel rms_norm 160 --pass full --size 16384x16384 --tests-k "not dtensor" --final-tests-k "not dtensor" \
+  --budget-s 50 "${WORKERS[@]}"
+run_kernel layer_norm 120 --pass backward --size 4096x16384 --budget-s 35 "${WORKERS[@]}"
 
-python3 - "$OUT" <<'PY'
-import json, sys
-from pathlib import Path
-out = Path(sys.argv[1])
-for name in ("fused_add_rms_norm", "rms_norm"):
-    path = out / name / "run.json"
-    if not path.is_file():
-        print(f"\n## {name}: no run.json (see {name}.log)")
-        continue
-    run = json.loads(path.read_text())
-    measured = run["profile"]["measured"]["times"]
-    best = next((v for v in run["variants"] if v["name"] == run["best"]), None)
-    after = best["times"] if best else measured["liger"]
-    before_methods = (run["profile"]["measured"].get("methods") or {}).get("liger") or {}
-    after_methods = (best or {}).get("methods") or before_methods
-    skipped = {(p["pass"], p["size"]): p["why"] for p in run.get("not_judged", [])}
-    method = lambda methods, p, s: (methods.get(p) or {}).get(s, "-")
-    print(f"\n## {name}: best {run['best']} ({best['title'] if best else 'original'}); {run['stop']}; "
-          f"{run['seconds']:.0f} s; branch {run['branch'] or '-'}; {measured and run['profile']['measured']['device']['name']}")
-    print("| pass | size | liger before ms | after ms | speedup | eager ms | compile ms | after vs compile "
-          "| timing before / after | judged |")
-    print("|---|---|---|---|---|---|---|---|---|---|")
-    for pass_name, by_size in measured["liger"].items():
-        for size, before in by_size.items():
-            new, comp = after[pass_name][size], measured["compile"][pass_name][size]
-            timing = f"{method(before_methods, pass_name, size)} / {method(after_methods, pass_name, size)}"
-            judged = f"not judged: {skipped[pass_name, size]}" if (pass_name, size) in skipped else "judged"
-            print(f"| {pass_name} | {size} | {before:.4f} | {new:.4f} | {before / new:.2f}x "
-                  f"| {measured['eager'][pass_name][size]:.4f} | {comp:.4f} | {comp / new:.2f}x "
-                  f"| {timing} | {judged} |")
-    print("\n| variant | title | status | gain | reasons |\n|---|---|---|---|---|")
-    for v in run["variants"]:
-        gain = f"{v['gain']:+.1%}" if v["gain"] is not None else "-"
-        print(f"| {v['name']} | {v['title']} | {v['status']} | {gain} | {'; '.join(v['reasons'])[:160]} |")
-    for gate in run["gates"]:
-        print(f"gate {gate['name']}: {gate['status']} {gate['detail'][:160]}")
-PY
+# the generated RMSNorm: written by the installed CLI on a fresh clone, then perf on the branch it left
+rm -rf /tmp/lk-llama_rms_norm /tmp/lk-llama_rms_norm.liger-bot
+git clone -q "$PERF/lk" /tmp/lk-llama_rms_norm
+t0=$(date +%s)
+timeout 100 "$LB" kernel test/transformers/test_rms_norm.py:LlamaRMSNorm --repo /tmp/lk-llama_rms_norm --force \
+  --out "$OUT/kernel-llama_rms_norm" >"$OUT/kernel-llama_rms_norm.log" 2>&1
+echo "kernel llama_rms_norm: exit $? in $(( $(date +%s) - t0 )) s"
+tail -n 12 "$OUT/kernel-llama_rms_norm.log"
+git -C /tmp/lk-llama_rms_norm checkout -q liger-bot/kernel-llama_rms_norm && \
+  REUSE=1 run_kernel llama_rms_norm 140 --pass full --size 16384x16384 --budget-s 45 "${WORKERS[@]}"
+
+python3 -m benchmarks.perf_tables "$OUT" rms_norm layer_norm llama_rms_norm --against llama_rms_norm=rms_norm
 echo "total $(( $(date +%s) - started )) s"

@@ -24,6 +24,12 @@ def register(subparsers) -> None:
     parser.add_argument("--max-variants", type=int, default=8, help="variant budget (at most 8)")
     parser.add_argument("--tests-k", help="pytest -k for each variant's tests (the final gate runs the whole file)")
     parser.add_argument("--final-tests-k", help=argparse.SUPPRESS)  # the final gate is the whole file
+    parser.add_argument(
+        "--test-workers",
+        type=int,
+        default=0,
+        help="pytest-xdist workers for the kernel's unit tests where xdist is installed (default 0: serial)",
+    )
     parser.add_argument("--budget-s", type=float, help="start no new variant after this many seconds")
     parser.add_argument("--no-ncu", action="store_true", help="skip Nsight Compute even where ncu is installed")
     parser.add_argument("--no-script", action="store_true", help="skip the benchmark script's own CSV run")
@@ -55,6 +61,7 @@ def perf_command(args, ui) -> ExitStatus:
         max_variants=args.max_variants,
         tests_k=args.tests_k,
         final_tests_k=args.final_tests_k,
+        test_workers=args.test_workers,
         ncu=not args.no_ncu,
         script=not args.no_script,
         benchmark_sizes=not args.only_sizes,

@@ -68,6 +68,7 @@ def context(u: Understanding) -> dict:
     tier2 = u.tier == Tier.ROWWISE
     ref = u.reference
     input_grads = [i for i in u.inputs if i.grad_arg in u.backward.stores]
+    cached = [f"{var}_rows" for var in u.backward.cached]  # fp32 row statistics, saved for the backward
     inputs = [i.arg for i in u.inputs]
     fixed = u.dropin.functional.fixed if u.dropin and u.dropin.functional else []
     return {
@@ -109,7 +110,9 @@ def context(u: Understanding) -> dict:
         "float32_outputs": {o.arg for o, d in zip(u.outputs, u.output_dtypes, strict=True) if d == "float32"},
         "block_size": ELEMENTWISE_BLOCK,
         "num_warps": ELEMENTWISE_WARPS,
-        "saved_unpack": ", ".join([*inputs, *weights]) if len(inputs) + len(weights) > 1 else f"({inputs[0]},)",
+        "saved_unpack": _saved_unpack([*inputs, *weights, *cached]),
+        "saved_args": ", ".join([*inputs, *weights, *cached]),
+        "cached_rows": cached,
         "backward_results": ", ".join([*(i.grad_arg for i in u.inputs), *[f"d{w}" for w in weights]]),
         "module_inputs": u.reference.inputs,
         "dropin": u.dropin,
@@ -134,6 +137,10 @@ def context(u: Understanding) -> dict:
         "fp32_tol": ("1e-4", "1e-5") if tier2 else ("1e-5", "1e-5"),
         "bf16_tol": ("2e-1", "2e-2") if tier2 else ("1e-1", "5e-2"),
     }
+
+
+def _saved_unpack(saved: list[str]) -> str:
+    return ", ".join(saved) if len(saved) > 1 else f"({saved[0]},)"
 
 
 def _grad_buffers(input_grads: list, outputs: list) -> dict[str, str]:

@@ -25,6 +25,7 @@ from __future__ import annotations
 import enum
 import math
 import operator
+import re
 from collections.abc import Callable
 from dataclasses import dataclass
 from dataclasses import field
@@ -74,6 +75,8 @@ class Body:
     epilogue_loads: list[str] = field(default_factory=list)  # placeholders the epilogue reads
     uses_n_cols: bool = False
     row_reductions: int = 0
+    # row statistics (fp32, one per row) the forward stores and the backward loads instead of recomputing them
+    cached: list[str] = field(default_factory=list)
     ops: set[str] = field(default_factory=set)  # ATen ops used, for the profile
 
 
@@ -551,6 +554,27 @@ class Lowering:
                 body.scalar_stores[out_name] = self.refs[node.name]
         return body
 
+    def cache_row_statistics(self, forward: Body, backward: Body) -> None:
+        """The forward stores the row statistics (mean, rstd: one fp32 per row) that the backward would recompute,
+        and the backward loads them, as Liger's hand-written norms cache RSTD: a row reduction costs a cross-warp
+        exchange and barrier per row of the backward's loop, which a wide row (16384) pays while its SM has few
+        warps to hide it. Only statistics the backward still uses are cached; what computed them goes."""
+        forward_stmts = set(forward.stmts)
+        common = [s.var for s in backward.stmts if s in forward_stmts and self.kinds.get(s.var) is Kind.RSCALAR]
+        if not common:
+            return
+        kept = [s for s in backward.stmts if s.var not in common]
+        while True:
+            used = _names(backward, kept)
+            live = [s for s in kept if s.var in used]
+            if len(live) == len(kept):
+                break
+            kept = live
+        cached = [var for var in common if var in used]
+        if cached:
+            backward.stmts, backward.cached = kept, cached
+            forward.cached = list(cached)
+
     def _closure(self, roots: list[str], stop: set[str]) -> set[str]:
         """Every node the roots depend on; the walk does not go past `stop` nodes (kept themselves)."""
         seen: set[str] = set()
@@ -568,6 +592,14 @@ class Lowering:
         """The node whose value a TOTAL sums (its only tensor input)."""
         (source,) = self.deps[total]
         return source
+
+
+def _names(body: Body, stmts: list[Stmt]) -> set[str]:
+    """Every identifier the statements, the stores, the sums and the epilogue read."""
+    exprs = [s.expr for s in stmts] + list(body.stores.values()) + list(body.col_sums.values())
+    exprs += list(body.totals.values()) + [s.expr for s in body.epilogue] + list(body.scalar_stores.values())
+    exprs += [v for values in body.vector_stores.values() for v in values]
+    return {name for expr in exprs for name in re.findall(r"[A-Za-z_][A-Za-z0-9_]*", expr)}
 
 
 def _round_suffix(dtype_ptr: str) -> str:

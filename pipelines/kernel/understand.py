@@ -204,6 +204,8 @@ def understand(spec: Spec, repo) -> Understanding:
     columns = any(not w.scalar for w in weights)
     reduces = forward.row_reductions or backward.row_reductions
     tier = Tier.ELEMENTWISE if not columns and not reduces else Tier.ROWWISE
+    if tier == Tier.ROWWISE:
+        lowering.cache_row_statistics(forward, backward)
     flags = sorted({w.optional for w in weights if w.optional})
     dropin = dropin_mod.find(spec, ref, len(weights), runtime, flags)
     return Understanding(

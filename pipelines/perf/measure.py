@@ -58,6 +58,7 @@ def run_tests(repo: Path, spec: dict) -> dict:
         argv += ["-p", "pipelines.perf.interpret"]
     if spec.get("k"):
         argv += ["-k", spec["k"]]
+    argv += worker_args(spec.get("workers") or 0)
     counts = _Counts()
     code = int(pytest.main(argv, plugins=[counts]))
     import torch
@@ -71,6 +72,19 @@ def run_tests(repo: Path, spec: dict) -> dict:
         "failed": counts.failed[:5],
         "seconds": round(time.perf_counter() - started, 1),
     }
+
+
+def worker_args(workers: int) -> list[str]:
+    """pytest-xdist's `-n N` where it is installed: a test file of a few hundred small parametrizations (Liger's
+    test_rms_norm.py) is bound by each test's launch and compile latency, not by the GPU, so workers divide its wall
+    time. Without xdist the file runs serially: every test still runs."""
+    if workers < 2:
+        return []
+    import importlib.util
+
+    if importlib.util.find_spec("xdist") is None:
+        return []
+    return ["-n", str(workers)]
 
 
 def interpreting() -> bool:

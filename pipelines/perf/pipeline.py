@@ -57,6 +57,7 @@ class Options:
     max_variants: int = 8
     tests_k: str | None = None  # per-variant test selection; the final gate runs the whole file
     final_tests_k: str | None = None
+    test_workers: int = 0  # pytest-xdist workers for the kernel's tests (0: serial); every test runs either way
     ncu: bool = True
     script: bool = True  # run the benchmark script itself once for the profile (its CSV)
     benchmark_sizes: bool = True  # the benchmark script's sizes beside the target sizes
@@ -435,7 +436,7 @@ class Loop:
             self.sweep_deadline = now + rules_mod.SWEEP_SHARE * max(0.0, self.deadline - now)
 
     def test_spec(self, k: str | None) -> dict:
-        return {"file": str(self.profile.source.files.test), "k": k}
+        return {"file": str(self.profile.source.files.test), "k": k, "workers": self.options.test_workers}
 
     @property
     def compiled(self) -> dict:

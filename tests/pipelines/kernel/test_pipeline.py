@@ -96,7 +96,8 @@ def test_rowwise_norm_from_a_repo_file(liger_checkout, tmp_path):
     )
     assert _statuses(run)["unit tests (CPU, TRITON_INTERPRET=1)"] is GateStatus.PASS, run.gates
     ops = liger_checkout.path("src/liger_kernel/ops/gemma_rms_norm.py").read_text()
-    assert "dweight_acc +=" in ops and "ctx.save_for_backward(X, weight)" in ops
+    assert "dweight_acc +=" in ops and "ctx.save_for_backward(X, weight, rsqrt_rows)" in ops
+    assert "rsqrt = tl.load(rsqrt_rows_ptr + row_idx)" in ops  # the forward's rstd, as Liger's RSTD, not recomputed
 
 
 def test_every_kernel_template_renders_and_parses(liger_checkout):

@@ -259,3 +259,32 @@ def test_a_forwards_none_default_arguments_are_its_optional_inputs(tmp_path):
     )
     ref = reference.build(spec.resolve(f"{path}:M", tmp_path), tmp_path)
     assert ref.inputs == ["x", "scale"] and ref.optional_inputs == ["shift"]
+
+
+RMS_NORM = "def my_norm(x, weight: torch.nn.Parameter, eps=1e-5):\n    return x * torch.rsqrt((x * x).mean(-1, keepdim=True) + eps) * weight\n"
+
+
+def test_the_backward_loads_the_forwards_row_statistic_instead_of_reducing_again(tmp_path):
+    # Liger's RMSNorm caches RSTD: a second reduction per row costs the backward's loop a cross-warp exchange
+    u = _understand_source(tmp_path, RMS_NORM, "my_norm")
+    [rstd] = u.backward.cached
+    assert u.forward.cached == [rstd] and "tl.rsqrt" in next(s.expr for s in u.forward.stmts if s.var == rstd)
+    assert all(s.var != rstd for s in u.backward.stmts)  # loaded, not computed
+    assert not any("tl.sum(tl.where(mask, pow_1" in s.expr for s in u.backward.stmts)  # the mean of x*x is gone
+    assert any("tl.sum(" in s.expr for s in u.backward.stmts)  # the gradient's own row sum stays
+
+
+def test_layer_norm_caches_both_of_its_row_statistics(tmp_path):
+    source = (
+        "class TorchLayerNorm(torch.nn.LayerNorm):\n"
+        "    def __init__(self, hidden_size, eps=1e-6):\n"
+        "        super().__init__(hidden_size, eps=eps)\n"
+    )
+    u = _understand_source(tmp_path, source, "TorchLayerNorm")
+    assert len(u.backward.cached) == 2 and u.forward.cached == u.backward.cached
+    assert not any("tl.sum(tl.where(mask, x - " in s.expr for s in u.backward.stmts)  # no variance recomputed
+
+
+def test_an_elementwise_op_caches_nothing(tmp_path):
+    u = understand.understand(spec.resolve("relu2", tmp_path), tmp_path)
+    assert u.backward.cached == [] and u.forward.cached == []

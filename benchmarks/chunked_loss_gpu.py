@@ -194,6 +194,9 @@ def main(argv: list[str] | None = None) -> int:
     )
     parser.add_argument("--liger-tests-workers", type=int, default=1, help="pytest-xdist workers per test file")
     parser.add_argument("--skip-verify", action="store_true", help="only Liger's tests and the solo benchmarks")
+    parser.add_argument(
+        "--no-solo", action="store_true", help="no solo benchmarks (the GPU is shared: a later call times them alone)"
+    )
     args = parser.parse_args(argv)
     deadline = time.monotonic() + args.deadline
     args.out.mkdir(parents=True, exist_ok=True)
@@ -232,7 +235,7 @@ def main(argv: list[str] | None = None) -> int:
     for row in sorted(done, key=lambda r: r["against"] is None):  # leave-one-out first: Liger's class beside it
         left = deadline - time.monotonic()
         broken = any(row["gates"].get(g, {}).get("status") == "FAIL" for g in ("checkstyle", "import"))
-        if not gpu or broken or left < args.solo_min_s:  # a verify stopped at its limit still gets its benchmark
+        if not gpu or broken or left < args.solo_min_s or args.no_solo:  # a verify stopped at its limit gets one
             row["solo_rc"] = "not run" if gpu else "no GPU benchmark"
             continue
         solo_bench(row, trees[row["name"]], runs_dir, left)

@@ -149,8 +149,9 @@ def table(summary: dict) -> str:
             "",
             timing.get("method", ""),
             "",
-            "| kernel | tokens x width | pass | generated | Liger | eager | compile | gen vs Liger | gen vs compile |",
-            "|---|---|---|---|---|---|---|---|---|",
+            "| kernel | tokens x width | pass | generated | Liger | eager | compile | gen vs Liger | gen vs compile "
+            "| timing (gen / Liger / eager / compile) |",
+            "|---|---|---|---|---|---|---|---|---|---|",
         ]
         for p in points:
             for mode in ("forward", "backward", "full", "peak_mb"):
@@ -162,7 +163,7 @@ def table(summary: dict) -> str:
                 ratio = lambda a, b: f"{b / a:.2f}x" if a and b else "-"  # noqa: E731
                 lines.append(
                     f"| {p['case']} | {p['tokens']}x{p['width']} | {mode} | {' | '.join(text)} "
-                    f"| {ratio(cells[0], cells[1])} | {ratio(cells[0], cells[3])} |"
+                    f"| {ratio(cells[0], cells[1])} | {ratio(cells[0], cells[3])} | {_methods(p, mode)} |"
                 )
         errors = timing.get("errors", [])
         if errors:
@@ -170,6 +171,14 @@ def table(summary: dict) -> str:
     for note in summary.get("notes", []):
         lines.append(f"\n{note}")
     return "\n".join(lines)
+
+
+def _methods(point: dict, mode: str) -> str:
+    """How each side's mode was timed (cudagraph / events), '-' where a side has none; peak memory has no method."""
+    if mode == "peak_mb":
+        return ""
+    sides = ("generated", "liger", "eager", "compile")
+    return " / ".join((point.get(side, {}).get("method") or {}).get(mode, "-") for side in sides)
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -355,7 +364,7 @@ def timing_child(tree: Path, path: Path, deadline: float, cases_path: Path, warm
     torch._dynamo.config.cache_size_limit = 64
     cases = json.loads(cases_path.read_text())
     model = {"hidden": 4096, "intermediate": 14336}  # llama_3_8b, the scripts' default model
-    record: dict = {"points": [], "errors": [], "method": bench.TIMING_METHOD.format(rep=20)}
+    record: dict = {"points": [], "errors": [], "method": bench.method_text(20)}
     sizes: dict[str, list[int]] = {}
     for width in ("hidden", "intermediate"):
         sizes[width], record[f"sizes_{width}"] = _sizes(tree, model[width])
@@ -412,7 +421,8 @@ def timing_child(tree: Path, path: Path, deadline: float, cases_path: Path, warm
                     continue
                 for side, layer in built[name].items():
                     try:  # one side's failure (Liger's module refusing these inputs) leaves the others timed
-                        point[side] = bench.time_modes(layer, inputs, 20, dynamic=side == "compile")
+                        times, methods = bench.timed_modes(layer, inputs, 20, dynamic=side == "compile")
+                        point[side] = {**times, "method": methods}
                     except Exception as exc:  # noqa: BLE001
                         point[side] = {"error": f"{type(exc).__name__}: {str(exc)[:200]}"}
                         record["errors"].append(f"{name} {tokens}x{width} {side}: {point[side]['error']}")

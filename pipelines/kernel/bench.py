@@ -1,8 +1,10 @@
 """GPU benchmark of generated kernels against eager PyTorch and torch.compile, as the target's framework times them.
 
-forward, backward (the backward of a forward run untimed just before it) and full (forward + that backward) are each
-timed alone, per call on fresh leaf inputs (`time_modes`: one graph, one backward, never retain_graph); peak memory
-is the full pass's `max_memory_allocated`. benchmarks/kernel_leave_one_out_gpu.py times its sides with it too.
+forward, backward and full (forward + backward) are each timed by `timed_modes`: replayed from a CUDA graph where
+capture works (pipelines/graph_timing, the perf pipeline's timer; backward is full minus forward), else per call on
+fresh leaf inputs, the method recorded per point (JSON: each provider's "method"; the table's timing column) and
+modes under the launch floor listed as not judged; peak memory is the full pass's `max_memory_allocated`.
+benchmarks/kernel_leave_one_out_gpu.py times its sides with it too.
 Bandwidth is the bytes a pass must move (read x, write y; read x and dy, write dx) over its time, against a
 measured device-to-device copy. Writes benchmark.json, benchmark.md and benchmark.png into --out.
 
@@ -19,6 +21,7 @@ from pathlib import Path
 
 import torch
 
+from pipelines import graph_timing
 from pipelines.kernel import reference
 from pipelines.kernel.spec import pascal
 
@@ -79,26 +82,42 @@ def one_output(result):
 
 
 TIMING_METHOD = (
-    "CUDA-event medians per call, L2 flushed before each, over ~{rep} ms (do_bench's rule, at most 200 calls); every "
-    "call on fresh leaf inputs and a fresh dy, parameter grads None, made untimed; forward: the forward; backward: "
-    "the backward of a forward run untimed just before (no retain_graph: one graph, one backward); full: forward + "
-    "that backward; peak MB: the full pass's max_memory_allocated, inputs counted once"
+    "each mode replayed from a CUDA graph of ~20 ms of unrolled calls on one set of static leaf inputs (medians of "
+    "10 replays; the host's launch and autograd overhead out of the figure, no L2 flush between the calls): forward: "
+    "the forward; full: forward + backward, a new autograd graph per call (no retain_graph), param grads None; "
+    "backward: full minus forward. Where capture fails, per-call CUDA-event medians, L2 flushed before each, over "
+    "~{rep} ms (do_bench's rule, at most 200 calls), every call on fresh leaf inputs and a fresh dy made untimed, "
+    "backward the backward of a forward run untimed just before it. Each point's method is in its 'method' "
+    "(cudagraph / events / wall); a point under {floor:g} us is launch latency, not judged. Peak MB: the full "
+    "pass's max_memory_allocated on fresh inputs, inputs counted once"
 )
 MAX_CALLS = 200
+EVENTS = "events"  # per-call CUDA events, the host in the loop
+WALL = "wall"  # perf_counter without CUDA: a dry run and the CPU tests
 
 
 def time_modes(layer, inputs, rep: float = 20.0, dynamic: bool = False, device: str = "cuda") -> dict[str, float]:
-    """forward / backward / full (ms, medians) and peak MB of one layer, as Liger's benchmark scripts define the
-    modes (utils.run_speed_benchmark: backward is y.backward(dy) alone, full is the forward and that backward), with
-    none of their retain_graph: every timed call gets what it needs made fresh before it, untimed.
+    """forward / backward / full (ms, medians) and peak MB of one layer; `timed_modes` without the methods."""
+    return timed_modes(layer, inputs, rep, dynamic, device)[0]
 
-    Why fresh: torch.compile's backward donates its saved buffers (a second backward of one graph raises), Liger's
-    SiLUMul / GELUMul backward writes its gradients into its saved inputs (a second backward reads them back as
-    inputs, and an input reused across calls is left holding gradients), Liger's norms write dX into dY, and param
-    grads accumulated over calls add a kernel to every backward. `inputs` (a tensor or a list) are templates, never
-    touched: each call clones them into new leaves (marked dynamic on the tokens dimension where `dynamic`), and dy
-    is a new clone of one random dy. The timer is CUDA events with an L2 flush before each call
-    (triton.testing.do_bench's way); without CUDA, perf_counter (a dry run, and the CPU tests)."""
+
+def timed_modes(
+    layer, inputs, rep: float = 20.0, dynamic: bool = False, device: str = "cuda", cudagraph: bool = True
+) -> tuple[dict[str, float], dict[str, str]]:
+    """(times, methods): forward / backward / full (ms, medians) and peak MB of one layer, as Liger's benchmark
+    scripts define the modes (utils.run_speed_benchmark: backward is y.backward(dy) alone, full is the forward and
+    that backward), with none of their retain_graph; methods says per mode how it was timed.
+
+    On CUDA each mode is replayed from a CUDA graph (pipelines/graph_timing, perf's timer): one set of static leaves
+    cloned from `inputs`, every unrolled call of full a new autograd graph with one backward, so torch.compile's
+    donated buffers are used once per graph and Liger's SiLUMul / GELUMul backward, writing its gradients into its
+    saved inputs, only changes the static inputs' values. Where capture fails, the per-call method: `inputs` (a
+    tensor or a list) are templates, never touched; each call clones them into new leaves (marked dynamic on the
+    tokens dimension where `dynamic`) and dy is a new clone of one random dy (why fresh: a compiled backward's
+    donated buffers raise on a second backward of one graph, Liger's SiLUMul leaves an input reused across calls
+    holding gradients, Liger's norms write dX into dY, accumulated param grads add a kernel to every backward). The
+    timer is CUDA events with an L2 flush before each call (triton.testing.do_bench's way); without CUDA,
+    perf_counter (a dry run, and the CPU tests)."""
     templates = [inputs] if isinstance(inputs, torch.Tensor) else list(inputs)
     cuda = device == "cuda" and torch.cuda.is_available()
     params = [p for p in layer.parameters() if p.requires_grad]
@@ -132,21 +151,65 @@ def time_modes(layer, inputs, rep: float = 20.0, dynamic: bool = False, device: 
         y = forward(state.pop())
         y.backward(state.pop())
 
-    def call(setup, fn) -> float:
-        return _timed_call(setup, fn, flush[0] if cuda else None)
+    method = EVENTS if cuda else WALL
 
-    times = {
-        "forward": _median(call, fresh, forward, rep),
-        "backward": _median(call, with_graph, backward, rep),
-        "full": _median(call, lambda: [dy_template.clone(), fresh()], full, rep),
+    def per_call(setup, fn):
+        return lambda: (_median(lambda s, f: _timed_call(s, f, flush[0] if cuda else None), setup, fn, rep), method)
+
+    fallbacks = {
+        "forward": per_call(fresh, forward),
+        "backward": per_call(with_graph, backward),
+        "full": per_call(lambda: [dy_template.clone(), fresh()], full),
     }
+    graphs = graph_calls(forward, fresh, dy_template, params)
+    times, methods = choose_modes(graphs, fallbacks, enabled=cuda and cudagraph)
     if cuda:  # the full pass's peak, its inputs counted once (the templates and the flush buffer left out)
         flush.clear()
         templates_mb = sum(x.numel() * x.element_size() for x in templates) / 2**20
         times["peak_mb"] = _peak_mb(lambda: [dy_template.clone(), fresh()], full) - templates_mb
     for p in params:
         p.grad = None
-    return times
+    return times, methods
+
+
+GRAPH_BACKWARD = "cudagraph"  # the difference of two graph-timed modes is graph-timed too
+
+
+def graph_calls(forward, fresh, dy_template, params) -> dict:
+    """{mode: () -> ms} for forward and full, each from pipelines/graph_timing.graph_ms on one set of static leaves
+    (made when the mode is timed, so a failed capture leaves nothing behind for the fallback)."""
+
+    def timed_from_graph(full: bool):
+        xs = fresh()
+        dy = dy_template.clone()  # Liger's norms write dX into dY: the template stays the fallback's
+
+        def make_call():
+            if not full:
+                return lambda: forward(xs)
+            return lambda: forward(xs).backward(dy)
+
+        return graph_timing.graph_ms(make_call, [*xs, *params])
+
+    return {"forward": lambda: timed_from_graph(False), "full": lambda: timed_from_graph(True)}
+
+
+def choose_modes(graphs: dict, fallbacks: dict, enabled: bool) -> tuple[dict[str, float], dict[str, str]]:
+    """Forward and full from their graphs where capture works, else their fallbacks; backward is full minus forward
+    where both were graph-timed (a backward alone cannot be unrolled in a graph without retain_graph, which
+    torch.compile's donated buffers and Liger's in-place SiLUMul refuse), else its own fallback."""
+    times, methods = {}, {}
+    for mode in ("forward", "full"):
+        times[mode], methods[mode] = graph_timing.timed(graphs[mode], fallbacks[mode], f"bench: {mode}", (), enabled)
+    graph_timed = methods["forward"] == methods["full"] == graph_timing.CUDAGRAPH
+    if graph_timed and times["full"] > times["forward"]:
+        times["backward"], methods["backward"] = times["full"] - times["forward"], GRAPH_BACKWARD
+    else:
+        times["backward"], methods["backward"] = fallbacks["backward"]()
+    return {mode: times[mode] for mode in MODES}, {mode: methods[mode] for mode in MODES}
+
+
+def method_text(rep: float) -> str:
+    return TIMING_METHOD.format(rep=rep, floor=graph_timing.LAUNCH_FLOOR_US)
 
 
 def _timed_call(setup, fn, flush: torch.Tensor | None) -> float:
@@ -202,7 +265,8 @@ def measure(
     n_outputs = len(outputs) if isinstance(outputs, (tuple, list)) else 1
     result = {"name": name, "rows": rows, "hidden": hidden}
     for provider in providers:
-        result[provider] = time_modes(layers[provider], inputs, rep)
+        times, methods = timed_modes(layers[provider], inputs, rep)
+        result[provider] = {**times, "method": methods}  # how each mode was timed, beside its figure
     if "torch_compile" not in providers:  # an A/B run of two liger versions: no compile column
         result["torch_compile"] = {mode: float("nan") for mode in (*MODES, "peak_mb")}
     element = inputs[0].numel() * inputs[0].element_size()
@@ -214,17 +278,45 @@ def measure(
     for mode in MODES:
         result[f"speedup_{mode}_vs_eager"] = result["torch"][mode] / result["liger"][mode]
         result[f"speedup_{mode}_vs_compile"] = result["torch_compile"][mode] / result["liger"][mode]
+    result["not_judged"] = not_judged(result, providers)
     result["memory_saving_vs_eager_pct"] = 100 * (1 - result["liger"]["peak_mb"] / result["torch"]["peak_mb"])
     return result
 
 
+def not_judged(result: dict, providers) -> dict[str, str]:
+    """{mode: why} for the modes where any provider's time is under the launch floor: shown, never a claim."""
+    out = {}
+    for mode in MODES:
+        why = [f"{p}: {graph_timing.under_floor(result[p][mode])}" for p in providers if under(result[p][mode])]
+        if why:
+            out[mode] = "; ".join(why)
+    return out
+
+
+def under(ms: float) -> bool:
+    return bool(graph_timing.under_floor(ms))
+
+
+def methods_cell(result: dict) -> str:
+    """The distinct timing methods of a row (e.g. 'cudagraph' or 'cudagraph / events'), '-' for rows without."""
+    seen = []
+    for provider in PROVIDERS:
+        for method in (result.get(provider, {}).get("method") or {}).values():
+            if method not in seen:
+                seen.append(method)
+    return " / ".join(seen) or "-"
+
+
 def markdown(results: list[dict], copy_gbps: float) -> str:
     rows = [
-        f"bf16; copy bandwidth {copy_gbps:.0f} GB/s; speedup = other time / liger time (medians per call, fresh inputs each)",
+        f"bf16; copy bandwidth {copy_gbps:.0f} GB/s; speedup = other time / liger time (medians; timing: how the "
+        f"row's points were timed, cudagraph or per-call events); not judged: modes under the "
+        f"{graph_timing.LAUNCH_FLOOR_US:g} us launch floor",
         "",
         "| kernel | rows x hidden | fwd vs eager | bwd vs eager | full vs eager | fwd vs compile | bwd vs compile "
-        "| full vs compile | peak MB liger / eager | memory saved | fwd % copy BW | bwd % copy BW |",
-        "|---|---|---|---|---|---|---|---|---|---|---|---|",
+        "| full vs compile | peak MB liger / eager | memory saved | fwd % copy BW | bwd % copy BW | timing "
+        "| not judged |",
+        "|---|---|---|---|---|---|---|---|---|---|---|---|---|---|",
     ]
     for r in results:
         rows.append(
@@ -233,7 +325,7 @@ def markdown(results: list[dict], copy_gbps: float) -> str:
             f"| {r['speedup_forward_vs_compile']:.2f}x | {r['speedup_backward_vs_compile']:.2f}x "
             f"| {r['speedup_full_vs_compile']:.2f}x | {r['liger']['peak_mb']:.0f} / {r['torch']['peak_mb']:.0f} "
             f"| {r['memory_saving_vs_eager_pct']:.1f}% | {r['liger_forward_pct_copy']:.0f}% "
-            f"| {r['liger_backward_pct_copy']:.0f}% |"
+            f"| {r['liger_backward_pct_copy']:.0f}% | {methods_cell(r)} | {', '.join(r.get('not_judged', {})) or '-'} |"
         )
     return "\n".join(rows) + "\n"
 
@@ -275,7 +367,7 @@ def main(argv: list[str] | None = None) -> None:
             results.append(measure(args.repo.resolve(), name, hidden, args.rows, args.rep, copy_gbps))
             print(markdown(results[-1:], copy_gbps).splitlines()[-1], flush=True)
     (args.out / "benchmark.json").write_text(
-        json.dumps({"copy_gbps": copy_gbps, "method": TIMING_METHOD.format(rep=args.rep), "results": results}, indent=2)
+        json.dumps({"copy_gbps": copy_gbps, "method": method_text(args.rep), "results": results}, indent=2)
     )
     (args.out / "benchmark.md").write_text(markdown(results, copy_gbps))
     plot(results, args.out / "benchmark.png")

@@ -26,6 +26,8 @@ import time
 import traceback
 from pathlib import Path
 
+from pipelines import graph_timing
+
 MODES = ("forward", "backward", "full")
 
 
@@ -164,7 +166,7 @@ class Bench:
         return out
 
 
-TIMING_METHODS = ("cudagraph", "do_bench", "wall")  # graph replays; the framework's do_bench; the dry run's clock
+TIMING_METHODS = graph_timing.TIMING_METHODS
 
 
 def pass_fn(forward, mode: str):
@@ -188,65 +190,21 @@ def pass_fn(forward, mode: str):
     return full
 
 
-GRAPH_REP_MS = 20  # unrolled calls per graph: about this much GPU time (do_bench_cudagraph's default)
-GRAPH_REPLAYS = 10
-
-
 def graph_ms(forward, mode: str, x) -> float:
-    """Median ms of one call of the pass, replayed from a CUDA graph of about GRAPH_REP_MS of unrolled calls.
-    Not triton's do_bench_cudagraph: that captures on a stream of its own, while a backward's kernels run on the
-    stream of its forward, built before; the capture then fails (it did on the H200). Here the forward, the
-    warm-up and the capture share one side stream."""
-    import statistics
-
-    import torch
-
-    stream = torch.cuda.Stream()
-    stream.wait_stream(torch.cuda.current_stream())
-    with torch.cuda.stream(stream):
-        fn = pass_fn(forward, mode)
-        fn()
-        x.grad = None
-        start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-        start.record()
-        for _ in range(5):
-            fn()
-        end.record()
-        torch.cuda.synchronize()
-        repeat = max(1, min(1000, int(GRAPH_REP_MS / max(start.elapsed_time(end) / 5, 1e-3))))
-        graph = torch.cuda.CUDAGraph()
-        with torch.cuda.graph(graph, stream=stream):
-            for _ in range(repeat):
-                x.grad = None
-                fn()
-        torch.cuda.synchronize()
-        times = []
-        for _ in range(GRAPH_REPLAYS):
-            start.record()
-            graph.replay()
-            end.record()
-            torch.cuda.synchronize()
-            times.append(start.elapsed_time(end) / repeat)
-    torch.cuda.current_stream().wait_stream(stream)
-    x.grad = None
-    return statistics.median(times)
+    """Median ms of one call of the pass, replayed from a CUDA graph (pipelines/graph_timing.graph_ms: the pass
+    built, warmed and captured on one side stream, x.grad None before each call)."""
+    return graph_timing.graph_ms(lambda: pass_fn(forward, mode), [x])
 
 
 def gpu_ms(utils, forward, mode: str, x, cudagraph: bool = True) -> tuple[float, str]:
     """(median ms, method): the pass replayed from a CUDA graph where it can be captured, so the host's launch and
     autograd overhead drops out (on the H200 it was most of every size below 4096x16384: backward 1024x4096 took
     0.361 ms under do_bench for 36 MB); where capture fails, the framework's own do_bench, and the method says so."""
-    import torch
 
-    if cudagraph:
-        try:
-            return graph_ms(forward, mode, x), "cudagraph"
-        except Exception as exc:  # not capturable (a host sync, a CPU tensor, an allocator the graph cannot hold)
-            print(f"perf: {mode} not captured in a CUDA graph ({type(exc).__name__}: {exc}); do_bench", file=sys.stderr)
-            if torch.cuda.is_available():
-                torch.cuda.synchronize()
-            x.grad = None
-    return float(utils.run_speed_benchmark(forward, mode, [x]).y_50), "do_bench"
+    def do_bench() -> tuple[float, str]:
+        return float(utils.run_speed_benchmark(forward, mode, [x]).y_50), "do_bench"
+
+    return graph_timing.timed(lambda: graph_ms(forward, mode, x), do_bench, f"perf: {mode}", [x], cudagraph)
 
 
 def touched_bytes(bench: Bench, kernel_module, rows: int, hidden: int) -> dict[str, int]:

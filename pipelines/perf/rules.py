@@ -27,6 +27,8 @@ from dataclasses import dataclass
 from dataclasses import field
 from dataclasses import replace
 
+from pipelines import graph_timing
+
 Times = Mapping[str, Mapping[str, float]]
 PASSES = ("forward", "backward", "full")
 
@@ -64,8 +66,8 @@ class Rules:
 # far from its bytes bound is a slow kernel, which is exactly what a variant must not make slower: only the floor
 # applies there (under 10 us a pass is two or three launches' latency, and 5% of it is launch jitter).
 LAUNCH_BOUND_K = 4.0
-LAUNCH_FLOOR_US = 10.0
-HOST_TIMED = ("do_bench", "wall")
+LAUNCH_FLOOR_US = graph_timing.LAUNCH_FLOOR_US  # one floor for the perf rules and the kernel benchmark
+HOST_TIMED = graph_timing.HOST_TIMED
 
 
 def launch_bound(
@@ -87,8 +89,8 @@ def launch_bound(
             n_bytes = touched.get(size, {}).get(pass_name)
             bound_us = n_bytes / (copy_gbps * 1e9) * 1e6 if n_bytes and copy_gbps else None
             host_timed = (methods or {}).get(pass_name, {}).get(size, "do_bench") in HOST_TIMED
-            if us < LAUNCH_FLOOR_US:
-                out.append((pass_name, size, f"launch-bound, {us:.0f} us under the {LAUNCH_FLOOR_US:.0f} us floor"))
+            if graph_timing.under_floor(ms):
+                out.append((pass_name, size, graph_timing.under_floor(ms)))
             elif host_timed and bound_us is not None and us > LAUNCH_BOUND_K * bound_us:
                 out.append((pass_name, size, f"launch-bound, {us:.0f} us vs {bound_us:.0f} us bound, host-timed"))
     return tuple(out)

@@ -12,6 +12,13 @@ def add_recsys_parser(verbs) -> None:
     recsys.add_argument("--device", choices=("cpu", "cuda"), default="cpu")
     recsys.add_argument("--steps", type=int, default=10, help="training steps per variant (default %(default)s)")
     recsys.add_argument("--json", action="store_true", help="print the figures as JSON")
+    recsys.add_argument(
+        "--compile-limit",
+        type=float,
+        default=60.0,
+        metavar="S",
+        help="stop plain torch.compile of the naive loop after S seconds and say so (default %(default)s)",
+    )
     recsys.set_defaults(handler=recsys_command)
 
 
@@ -19,6 +26,6 @@ def recsys_command(args, ui) -> ExitStatus:
     from pipelines.fuse import demo  # imports torch: not needed for --help
 
     ui.progress(f"running the recsys encoder on {args.device} ({args.steps} steps per variant)")
-    result = demo.run(args.device, max(args.steps, 2))
+    result = demo.run(args.device, max(args.steps, 2), compile_limit_s=args.compile_limit)
     ui.result(json.dumps(result) if args.json else demo.to_text(result))
     return ExitStatus.OK if result["grads_match"] else ExitStatus.GATE_FAILED

@@ -1,8 +1,8 @@
 """The recsys demo: an encoder with a partitioned mean over variable-length user histories written the naive
 way (a Python loop over offsets), timed in eager, plain torch.compile and torch.compile with our pass.
 
-`NaiveEncoder` is what a user writes; `IndexAddEncoder` and `SegmentReduceEncoder` are the hand-vectorised
-versions the pass should at least match. All three share parameters' shapes, so one state dict serves all.
+`NaiveEncoder` is what a user writes; `IndexAddEncoder`, `SegmentReduceEncoder` and `EmbeddingBagEncoder` are the
+hand-vectorised versions the pass should at least match. All share parameters' shapes, so one state dict serves all.
 """
 
 from __future__ import annotations
@@ -61,6 +61,15 @@ class SegmentReduceEncoder(NaiveEncoder):
     def forward(self, item_ids, offsets):
         values = self.embedding(item_ids)
         users = torch.segment_reduce(values, "mean", offsets=offsets, axis=0)
+        return self.mlp(users).squeeze(-1)
+
+
+class EmbeddingBagEncoder(NaiveEncoder):
+    """The library's own fused gather + mean (`nn.EmbeddingBag(mode="mean")` on the same table): the baseline a
+    recommendation model would reach for by hand."""
+
+    def forward(self, item_ids, offsets):
+        users = nn.functional.embedding_bag(item_ids, self.embedding.weight, offsets[:-1], mode="mean")
         return self.mlp(users).squeeze(-1)
 
 

@@ -70,5 +70,25 @@ def test_demo_recsys_on_cpu_runs_from_a_plain_shell(liger_bot_exe):
     assert {"device", "eager_ms", "compile_ms", "pass_ms", "replaced", "loss_max_abs_diff", "grads_match"} <= set(
         result
     )
+    assert result["embedding_bag_ms"] > 0  # the hand-written baseline a recsys model reaches for
+    assert result["compile_ms"] > 0 and result["compile_note"] == ""  # the CPU size compiles inside the limit
     assert result["replaced"] == {"loop_slice_mean_stack": 1} and result["grads_match"] is True
     assert result["loss_max_abs_diff"] < 1e-5 and result["pass_graphs_compiled"] <= 2
+
+
+def test_plain_compile_is_stopped_at_its_limit_and_said_not_awaited():
+    """The CUDA demo's plain torch.compile of the naive loop compiles for minutes: a child, killed at the limit."""
+    import time
+
+    from pipelines.fuse import demo
+
+    started = time.monotonic()
+    plain = demo._plain_compile("cpu", 2, "aot_eager", 1.0)  # the child cannot even import torch in a second
+    assert time.monotonic() - started < 10
+    assert plain == {"note": "did not compile in 1 s (stopped; plain torch.compile unrolls the loop)"}
+    result = {
+        "device": "cuda", "steps": 2, "eager_ms": 1.0, "embedding_bag_ms": 0.5, "compile_ms": None,
+        "compile_note": plain["note"], "pass_ms": 0.4, "pass_first_step_s": 1.0, "pass_graphs_compiled": 2,
+        "replaced": {}, "loss_max_abs_diff": 0.0, "grads_match": True,
+    }  # fmt: skip
+    assert "torch.compile             did not compile in 1 s" in demo.to_text(result)

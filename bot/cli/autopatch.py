@@ -111,5 +111,5 @@ def run_and_record(checkout: Checkout, profile: Profile, ui):
     with back_on_users_branch(checkout.root) as start:
         result = run_pipeline(checkout, profile, ui.progress)
     if result.ok:
-        announce(ui, record_pull_request(start, result.branch, result.pr_title, result.pr_body))
+        announce(ui, record_pull_request(start, "autopatch", result.branch, result.pr_title, result.pr_body))
     return result

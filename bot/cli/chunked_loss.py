@@ -48,4 +48,4 @@ def chunked_loss_command(args, ui) -> ExitStatus:
         return show_profile(ui, pipeline.understand(args.spec, args.repo, args.name, args.settings)[2], args.json)
     with back_on_users_branch(args.repo) as start:
         run = pipeline.run(args.spec, args.repo, args.name, args.out, progress=ui.progress, settings=args.settings)
-    return show_run(ui, run, args.json, start)
+    return show_run(ui, run, args.json, start, "chunked-loss")

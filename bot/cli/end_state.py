@@ -8,9 +8,11 @@ from __future__ import annotations
 from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
+from pathlib import Path
 
 from bot.forge.base import PullRequest
 from bot.forge.base import RepoRef
+from bot.forge.base import pr_labels
 from bot.forge.local import LocalForge
 from pipelines.target import open_checkout
 
@@ -36,10 +38,13 @@ def back_on_users_branch(repo) -> Iterator[Start]:
             git.checkout(start.branch)
 
 
-def record_pull_request(start: Start, branch: str, title: str, body: str) -> PullRequest:
-    """The draft PR of `branch` into the user's branch, found by its branch on a second run (updated, not doubled)."""
-    forge = LocalForge(start.root)
-    return forge.ensure_pull_request(RepoRef("local", forge.checkout.name), branch, start.branch, title, body)
+def record_pull_request(start: Start, verb: str, branch: str, title: str, body: str) -> PullRequest:
+    """The draft PR of `branch` into the user's branch, found by its branch on a second run (updated, not doubled),
+    labelled as the App labels it."""
+    forge, repo = LocalForge(start.root), RepoRef("local", Path(start.root).name)
+    pr = forge.ensure_pull_request(repo, branch, start.branch, title, body)
+    forge.add_labels(repo, pr.number, pr_labels(verb))
+    return pr
 
 
 def announce(ui, pr: PullRequest) -> None:

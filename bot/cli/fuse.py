@@ -42,7 +42,7 @@ def fuse_command(args, ui) -> ExitStatus:
         result = pipeline.run(args.spec, args.repo, args.chain, progress=ui.progress)
     body_file = write_pr_body(args.spec, args.repo, result) if result.branch else None
     if body_file and not result.failed:
-        announce(ui, record_pull_request(start, result.branch, job.pr_title(args.spec), body_file.read_text()))
+        announce(ui, record_pull_request(start, "fuse", result.branch, job.pr_title(args.spec), body_file.read_text()))
     if args.json:
         ui.result(json.dumps(result.to_json() | {"pr_body_file": str(body_file) if body_file else None}, indent=2))
         return ExitStatus.GATE_FAILED if result.failed else ExitStatus.OK

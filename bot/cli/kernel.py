@@ -30,4 +30,4 @@ def kernel_command(args, ui) -> ExitStatus:
         return show_profile(ui, pipeline.understand(args.spec, args.repo, args.name)[2], args.json)
     with back_on_users_branch(args.repo) as start:
         run = pipeline.run(args.spec, args.repo, args.name, args.out, progress=ui.progress, force=args.force)
-    return show_run(ui, run, args.json, start)
+    return show_run(ui, run, args.json, start, "kernel")

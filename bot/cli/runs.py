@@ -17,10 +17,10 @@ def show_profile(ui, profile, as_json: bool) -> ExitStatus:
     return ExitStatus.OK
 
 
-def show_run(ui, result, as_json: bool, start: Start | None = None) -> ExitStatus:
+def show_run(ui, result, as_json: bool, start: Start | None = None, verb: str = "") -> ExitStatus:
     """The run's branch and gates; with `start` (the CLI's run), a run whose gates pass gets its draft PR recorded."""
     if start is not None and result.branch and not result.failed:
-        announce(ui, record_pull_request(start, result.branch, result.title, result.pr_body))
+        announce(ui, record_pull_request(start, verb, result.branch, result.title, result.pr_body))
     if as_json:
         ui.result(json.dumps(result.to_json(), indent=2))
     else:

@@ -141,6 +141,10 @@ class Forge(Protocol):
 
     def ensure_pull_request(self, repo: RepoRef, head_branch: str, base: str, title: str, body: str) -> PullRequest: ...
 
+    def add_labels(self, repo: RepoRef, number: int, labels: list[str]) -> None:
+        """Labels added to issue or PR `number` (GitHub makes a label that does not exist yet); none removed."""
+        ...
+
     def create_issue(self, repo: RepoRef, title: str, body: str) -> int: ...
 
     def edit_issue(self, repo: RepoRef, number: int, body: str) -> None: ...
@@ -176,3 +180,8 @@ class Forge(Protocol):
         is content-addressed (`bot.forge.assets`), so the same bytes are stored once and an old link never changes.
         Raises AssetRejected for a bad name, bytes that are not that image, or an oversized file."""
         ...
+
+
+def pr_labels(verb: str) -> list[str]:
+    """What every PR of the bot is labelled with: the bot, and the pipeline that made it (a maintainer's filter)."""
+    return ["liger-bot", f"liger-bot:{verb}"]

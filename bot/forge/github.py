@@ -459,6 +459,10 @@ class GitHubForge:
             recover=lambda: self.find_pull_request(repo, head_branch),
         )
 
+    def add_labels(self, repo: RepoRef, number: int, labels: list[str]) -> None:
+        path = f"/repos/{repo.full_name}/issues/{number}/labels"
+        self._call(f"label #{number}", lambda: self._api("POST", path, body={"labels": list(labels)}))
+
     # -- issues (the scan dashboard) ------------------------------------------------------------------------------
 
     def find_issue(self, repo: RepoRef, title: str) -> int | None:

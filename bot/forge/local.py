@@ -140,6 +140,13 @@ class LocalForge:
             self._save("issues", record, _pull_markdown(record))
             return self._pull(record)
 
+    def add_labels(self, repo: RepoRef, number: int, labels: list[str]) -> None:
+        with self._locked():
+            record = self._load("issues", number)
+            record["labels"] = sorted(set(record.get("labels", [])) | set(labels))
+            markdown = _pull_markdown(record) if "head" in record else f"# {record['title']}\n\n{record['body']}\n"
+            self._save("issues", record, markdown)
+
     def create_issue(self, repo: RepoRef, title: str, body: str) -> int:
         with self._locked():
             record = {"id": self._next_id("issue"), "state": "open", "title": title, "body": body}
@@ -191,7 +198,9 @@ class LocalForge:
 
 
 def _pull_markdown(record: dict) -> str:
-    return f"# {record['title']}\n\n`{record['head']}` -> `{record['base']}` (draft)\n\n{record['body']}\n"
+    labels = "".join(f" `{label}`" for label in record.get("labels", []))
+    head = f"`{record['head']}` -> `{record['base']}` (draft)" + (f", labels:{labels}" if labels else "")
+    return f"# {record['title']}\n\n{head}\n\n{record['body']}\n"
 
 
 def _write(path: Path, content: str | bytes) -> None:

@@ -8,6 +8,7 @@ import time
 from bot import status
 from bot.figures import Figures
 from bot.figures import embed_figures
+from bot.forge.base import pr_labels
 from bot.gitops import PushOutcome
 from bot.jobs import Job
 from bot.jobs import JobState
@@ -39,6 +40,7 @@ class PublishMixin:
         title = title or f"[liger-bot] {job.verb}: {job.target}"
         body = embed_figures(forge, repo, self._pr_body(job, parts, report), figures)
         pr = forge.ensure_pull_request(repo, job.branch, base, title, body)
+        forge.add_labels(repo, pr.number, pr_labels(job.verb))
         opened_at = job.pr_opened_at or time.time()
         job = self.enter(
             job,

@@ -175,6 +175,11 @@ class RecordingForge:
             state["pulls"][head_branch] = pull
             return _pull(pull)
 
+    def add_labels(self, repo: RepoRef, number: int, labels: list[str]) -> None:
+        with self._call("add_labels", number=number, labels=list(labels)) as state:
+            pull = next(p for p in state["pulls"].values() if p["number"] == number)
+            pull["labels"] = list(dict.fromkeys([*pull.get("labels", []), *labels]))
+
     def open_pull_requests(self, repo: RepoRef, head_prefix: str) -> list[PullRequest]:
         with self._call("open_pull_requests", head_prefix=head_prefix) as state:
             return [

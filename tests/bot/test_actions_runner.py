@@ -88,6 +88,7 @@ def test_the_job_parks_until_its_own_report_then_the_gpu_verdict_is_merged_into_
     assert "needs GPU runner" not in pull["body"]
     hardware_type = next(line for line in pull["body"].splitlines() if "Hardware Type" in line)
     assert "NVIDIA H200" in hardware_type, hardware_type  # where the GPU gates ran, not the worker's CPU
+    assert pull["labels"] == ["liger-bot", "liger-bot:autopatch"]  # added through GitHub's labels endpoint
     (status,) = parked.comments(parked.issue, "liger-bot:status")
     assert "draft PR opened" in status["body"]
 

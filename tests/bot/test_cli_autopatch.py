@@ -157,4 +157,5 @@ def test_demo_autopatch_runs_the_default_end_to_end(tmp_path, liger_template):
         result["pr_title"],
     )
     assert "| Checkstyle | PASS |" in record["body"]
+    assert record["labels"] == ["liger-bot", "liger-bot:autopatch"]
     assert "draft PR #1 recorded by the local forge" in err

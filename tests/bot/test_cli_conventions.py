@@ -127,7 +127,9 @@ def test_a_run_interrupted_on_the_bots_branch_ends_on_the_users_branch(liger_che
         liger_checkout.path("half_written.py").write_text("x = 1\n")
         raise KeyboardInterrupt
     assert start.branch == "main" and git.current_branch() == "main" and git.dirty_paths() == []
-    first = record_pull_request(start, "liger-bot/kernel-x", "Add X", "body 1")
-    again = record_pull_request(start, "liger-bot/kernel-x", "Add X", "body 2")  # found by its branch: updated
+    first = record_pull_request(start, "kernel", "liger-bot/kernel-x", "Add X", "body 1")
+    again = record_pull_request(start, "kernel", "liger-bot/kernel-x", "Add X", "body 2")  # found by its branch
     assert first.number == again.number
+    record = json.loads(liger_checkout.beside(f"issues/{first.number}.json").read_text())
+    assert record["labels"] == ["liger-bot", "liger-bot:kernel"]  # as the App labels its PRs, not doubled
     assert "body 2" in liger_checkout.beside(f"issues/{first.number}.md").read_text()

@@ -34,6 +34,7 @@ OPERATIONS = (
     ("post", "/repos/{owner}/{repo}/issues"),
     ("get", "/repos/{owner}/{repo}/issues/{issue_number}"),
     ("patch", "/repos/{owner}/{repo}/issues/{issue_number}"),
+    ("post", "/repos/{owner}/{repo}/issues/{issue_number}/labels"),
     ("get", "/repos/{owner}/{repo}/contents/{path}"),
     ("put", "/repos/{owner}/{repo}/contents/{path}"),
     ("get", "/repos/{owner}/{repo}/git/ref/{ref}"),

@@ -31,6 +31,7 @@ import subprocess
 import threading
 import time
 import zipfile
+import zlib
 from dataclasses import dataclass
 from dataclasses import field
 from datetime import UTC
@@ -353,6 +354,7 @@ class StandIn:
             comments_url=f"{api}/comments",
             repository_url=f"{self.url}/repos/{repo.full_name}",
             html_url=f"https://github.com/{repo.full_name}/issues/{issue['number']}",
+            labels=[self._label_json(repo, label) for label in issue.get("labels", [])],
             comments=sum(
                 1 for c in self.comments.values() if c["repo"] == repo.full_name and c["issue"] == issue["number"]
             ),
@@ -361,6 +363,16 @@ class StandIn:
             pull_api = f"{self.url}/repos/{repo.full_name}/pulls/{issue['number']}"
             shape["pull_request"] = {"url": pull_api, "html_url": None, "diff_url": None, "patch_url": None}
         return shape
+
+    def _label_json(self, repo: RepoState, label: str) -> dict:
+        return spec.example(
+            "label",
+            id=zlib.crc32(label.encode()),
+            name=label,
+            url=f"{self.url}/repos/{repo.full_name}/labels/{label}",
+            color="ededed",
+            default=False,
+        )
 
     def _comment_json(self, comment: dict) -> dict:
         api = f"{self.url}/repos/{comment['repo']}/issues/comments/{comment['id']}"
@@ -777,6 +789,15 @@ def build_app(standin: StandIn) -> Flask:  # noqa: C901 - one route table, read 
         issue = issue_or_404(repo, number)
         issue.update({k: v for k, v in body().items() if k in ("title", "body", "state")})
         return _json(standin._issue_json(repo, issue))
+
+    @app.post("/repos/<owner>/<name>/issues/<int:number>/labels")
+    def add_labels(owner: str, name: str, number: int):
+        repo = repo_or_404(owner, name)
+        issue = issue_or_404(repo, number)
+        given = body().get("labels") or []
+        names = [label if isinstance(label, str) else label["name"] for label in given]
+        issue["labels"] = list(dict.fromkeys([*issue.get("labels", []), *names]))  # a new name makes a new label
+        return _json([standin._label_json(repo, label) for label in issue["labels"]])
 
     @app.get("/repos/<owner>/<name>/issues/<int:number>/comments")
     def list_comments(owner: str, name: str, number: int):

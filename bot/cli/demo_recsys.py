@@ -15,7 +15,7 @@ def add_recsys_parser(verbs) -> None:
     recsys.add_argument(
         "--compile-limit",
         type=float,
-        default=60.0,
+        default=30.0,
         metavar="S",
         help="stop plain torch.compile of the naive loop after S seconds and say so (default %(default)s)",
     )

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import enum
 import json
+import multiprocessing
 import os
 from collections.abc import Callable
 from collections.abc import Iterator
@@ -137,7 +138,9 @@ def iter_scan(
         for model_type, class_name in todo.items():
             yield finished(classify(model_type, class_name, supported, checkout, understand))
         return
-    with ProcessPoolExecutor(max_workers=jobs) as pool:  # each model's understand builds it: processes, not threads
+    # each model's understand builds it: processes, not threads; spawned, since forking a process that runs threads
+    # (the App's worker, a test runner) can copy a held lock into the child, which then never finishes
+    with ProcessPoolExecutor(max_workers=jobs, mp_context=multiprocessing.get_context("spawn")) as pool:
         futures = [pool.submit(classify, m, c, supported, checkout, understand) for m, c in todo.items()]
         try:
             for future in as_completed(futures):

@@ -19,7 +19,7 @@ from pipelines.target import open_checkout
 
 @dataclass
 class Start:
-    root: object  # the checkout's resolved root
+    root: Path  # the checkout's resolved root
     branch: str  # the branch the user had checked out
 
 
@@ -41,7 +41,7 @@ def back_on_users_branch(repo) -> Iterator[Start]:
 def record_pull_request(start: Start, verb: str, branch: str, title: str, body: str) -> PullRequest:
     """The draft PR of `branch` into the user's branch, found by its branch on a second run (updated, not doubled),
     labelled as the App labels it."""
-    forge, repo = LocalForge(start.root), RepoRef("local", Path(start.root).name)
+    forge, repo = LocalForge(start.root), RepoRef("local", start.root.name)
     pr = forge.ensure_pull_request(repo, branch, start.branch, title, body)
     forge.add_labels(repo, pr.number, pr_labels(verb))
     return pr

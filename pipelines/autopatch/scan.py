@@ -162,21 +162,23 @@ class ScanCache:
 
     path: Path
     key: str
+    rows: dict[str, dict] | None = None  # as read once from the file, then as written
 
     def load(self) -> dict[str, Row]:
-        try:
-            data = json.loads(self.path.read_text())
-        except (OSError, ValueError):
-            return {}
-        if data.get("key") != self.key:
-            return {}
-        return {m: Row.from_json(row) for m, row in data.get("rows", {}).items()}
+        if self.rows is None:
+            try:
+                data = json.loads(self.path.read_text())
+            except (OSError, ValueError):
+                data = {}
+            self.rows = data.get("rows", {}) if data.get("key") == self.key else {}
+        return {m: Row.from_json(row) for m, row in self.rows.items()}
 
     def add(self, row: Row) -> None:
-        rows = {m: r.to_json() for m, r in self.load().items()} | {row.model_type: row.to_json()}
+        self.load()
+        self.rows[row.model_type] = row.to_json()
         self.path.parent.mkdir(parents=True, exist_ok=True)
         temporary = self.path.with_name(f".{self.path.name}.tmp")
-        temporary.write_text(json.dumps({"key": self.key, "rows": rows}, indent=1))
+        temporary.write_text(json.dumps({"key": self.key, "rows": self.rows}, indent=1))
         os.replace(temporary, self.path)
 
 

@@ -181,3 +181,65 @@ def test_reload_weight_moves_the_weight_load_into_every_backward_row_loop(source
     assert ast.unparse(forward) in ast.unparse(ast.parse(sources["rms_norm"]))  # forwards untouched
     with pytest.raises(c.NotApplicable, match="W_row"):
         c.reload_weight(text, {})
+
+
+ISSUE_12_KERNELS = ("layer_norm", "poly_norm", "softmax")  # benchmarks/perf_gpu.sh's default run
+APPLIES = {  # what the catalogue can do to each, read from the kernel's structure
+    "layer_norm": {"launch_table", "programs_per_sm", "pipelined_rows"},
+    "poly_norm": {"launch_table", "programs_per_sm", "pipelined_rows", "empty_dx"},
+    "softmax": {"launch_table"},
+}
+
+
+def applying(text: str) -> set[str]:
+    keys = set()
+    entries = [*c.CATALOGUE, c.Entry("launch_table", "", "", "", c.launch_table, {"table": {}})]
+    for entry in entries:
+        try:
+            entry.rewrite(text, entry.params)
+        except c.NotApplicable:
+            continue
+        keys.add(entry.key)
+    return keys
+
+
+@pytest.fixture(scope="module")
+def issue_12_sources(liger_template) -> dict[str, str]:
+    return {k: (liger_template / f"src/liger_kernel/ops/{k}.py").read_text() for k in ISSUE_12_KERNELS}
+
+
+def test_the_catalogue_reaches_layer_norm_poly_norm_and_softmax_by_their_structure(issue_12_sources):
+    assert {k: applying(text) for k, text in issue_12_sources.items()} == APPLIES
+    poly = c.programs_per_sm(issue_12_sources["poly_norm"], {"k": 2})
+    wrapper = poly.split("def poly_norm_backward")[1].split("\nclass ")[0]
+    assert "(n_programs, 3)" in wrapper and "(n_programs,)" in wrapper and "n_rows / n_programs" in wrapper
+    assert "dX = torch.empty_like(dY)" in c.empty_dx(issue_12_sources["poly_norm"], {})
+    softmax = c.launch_table(issue_12_sources["softmax"], {"table": {}})
+    keywords = launch_keywords(softmax)  # all four launches, single- and multi-block, take the table's settings
+    assert len(keywords) == 4 and all("num_warps" not in k and "**" in k for ks in keywords.values() for k in ks)
+
+
+# fp32 cases of each file: layer_norm's non-power-of-two 1500 columns, poly_norm's odd 123 and 41, softmax's
+# single-block 2x8 and multi-block 1x4096 rows
+ISSUE_12_TESTS = "dtype0 and (2-8-64 or 1-1-1500 or 5-123-123 or 9-7-41 or shape0 or shape4)"
+
+
+@pytest.mark.slow
+def test_the_rewritten_layer_norm_poly_norm_and_softmax_pass_their_unit_tests_under_the_interpreter(liger_checkout):
+    for kernel in ISSUE_12_KERNELS:
+        path = liger_checkout.path(f"src/liger_kernel/ops/{kernel}.py")
+        path.write_text(stacked(path.read_text()))
+    env = {
+        **os.environ,
+        "TRITON_INTERPRET": "1",
+        "CUDA_VISIBLE_DEVICES": "",
+        "PYTHONPATH": os.pathsep.join([str(liger_checkout.root / "src"), str(liger_checkout.root), str(ROOT)]),
+        "PYTHONDONTWRITEBYTECODE": "1",
+    }
+    tests = [f"test/transformers/test_{k}.py" for k in ISSUE_12_KERNELS]
+    argv = [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", "-p", "pipelines.perf.interpret"]
+    proc = subprocess.run(
+        [*argv, *tests, "-k", ISSUE_12_TESTS], cwd=liger_checkout.root, env=env, capture_output=True, text=True
+    )
+    assert proc.returncode == 0, proc.stdout[-3000:]
+    assert "9 passed" in proc.stdout, proc.stdout[-1500:]

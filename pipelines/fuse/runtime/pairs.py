@@ -160,6 +160,8 @@ class Pair:
         for name, parameter in inspect.signature(self.replacement).parameters.items():
             if parameter.kind is inspect.Parameter.KEYWORD_ONLY:
                 continue
+            if name not in placeholders and parameter.default is inspect.Parameter.empty:
+                raise TypeError(f"{self.replacement.__name__}: {name!r} is no pattern parameter and has no default")
             args.append(placeholders[name] if name in placeholders else parameter.default)
         graph.output(graph.call_function(bound_replacement(self.replacement, kernel), tuple(args)))
         return graph

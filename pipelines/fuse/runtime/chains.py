@@ -19,7 +19,7 @@ def op_key(node: fx.Node) -> str:
 
 def chain_pair(name: str, ops: tuple[str, ...], pattern: Callable, replacement: Callable, family: str) -> Pair:
     """The pair for a generated pass; `ops` (what the pass was written for) must be what its pattern traces to."""
-    (graph,) = pattern_graphs((pattern,))
+    graph = pattern_graphs((pattern,))[0]  # as written (the equivalent spellings follow it)
     traced = tuple(op_key(n) for n in graph.nodes if n.op in ("call_function", "call_method"))
     if traced != tuple(ops):
         raise ValueError(f"pass {name!r}: its pattern traces to {traced}, not the ops it names {tuple(ops)}")

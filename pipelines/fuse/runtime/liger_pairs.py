@@ -6,8 +6,6 @@ cast (`.to(input_dtype)` or none) for RMSNorm; the product in either order for S
 
 from __future__ import annotations
 
-import operator
-
 import torch
 from torch.nn.functional import silu
 
@@ -38,9 +36,9 @@ def _rms_norm_check(bindings) -> str | None:
     return ""
 
 
-def _swiglu(multiply, gate_left):
+def _swiglu(gate_left):
     def swiglu_pattern(gate, up):
-        return multiply(silu(gate), up) if gate_left else multiply(up, silu(gate))
+        return silu(gate) * up if gate_left else up * silu(gate)
 
     return swiglu_pattern
 
@@ -63,7 +61,7 @@ LIGER_PAIRS = (
     Pair(
         "swiglu",
         "swiglu",
-        spellings(_swiglu, multiply=(operator.mul, torch.mul), gate_left=_BOTH),
+        spellings(_swiglu, gate_left=_BOTH),
         swiglu_replacement,
         operand="gate",
     ),

@@ -1,7 +1,7 @@
 """Pattern / replacement pairs matched by torch.fx's subgraph matcher on Dynamo's torch-level graphs.
 
 A `Pair` is Inductor-pattern-matcher style (`_sfdp_pattern_N` / `_sfdp_replacement_N`): one or more `*_pattern`
-functions (the spellings of one form: `a / b` and `torch.div(a, b)` are different torch-level nodes), a
+functions (structural variants of one form; `a / b` vs `torch.div(a, b)` are expanded for it), a
 `*_replacement` (what runs instead, given the registry's kernel as `pool`) and a `check`, the match filter for the
 semantic conditions a fixed subgraph cannot state (dtypes, ranks, where lengths / offsets come from).
 
@@ -16,6 +16,7 @@ records the call as the user wrote it, as Dynamo does, not with every default fi
 
 from __future__ import annotations
 
+import contextlib
 import inspect
 import itertools
 import operator
@@ -38,14 +39,24 @@ from .registry import Registry
 
 # F.* functions a pattern may call; recorded as leaves (Dynamo records them as called, not traced into)
 LEAF_FUNCTIONS = (F.silu, F.embedding_bag, F.embedding, torch.nn.utils.rnn.pad_sequence)
-# the spellings of a division in a Dynamo graph (functions and methods are different nodes)
-DIVIDES = (
-    operator.truediv,
-    torch.div,
-    torch.true_divide,
-    lambda a, b: a.div(b),
-    lambda a, b: a.true_divide(b),
+# The same call spelled as a function, a method or an operator: different torch-level nodes with the same
+# arguments in the same places (a method's self is args[0]). A pattern is written once; each traced graph is
+# expanded into every combination of its nodes' equivalent spellings (cheap graph copies, no re-tracing).
+_SAME_CALL = (
+    (
+        ("call_function", operator.truediv),
+        ("call_function", torch.div),
+        ("call_function", torch.true_divide),
+        ("call_method", "div"),
+        ("call_method", "true_divide"),
+    ),
+    (("call_function", operator.mul), ("call_function", torch.mul), ("call_method", "mul")),
+    (("call_method", "sum"), ("call_function", torch.sum)),
+    (("call_method", "index_add_"), ("call_method", "index_add"), ("call_function", torch.index_add)),
+    (("call_method", "scatter_add_"), ("call_method", "scatter_add"), ("call_function", torch.scatter_add)),
+    (("call_method", "scatter_reduce"), ("call_method", "scatter_reduce_"), ("call_function", torch.scatter_reduce)),
 )
+EQUIVALENT_SPELLINGS = {key: group for group in _SAME_CALL for key in group}
 # pure ops a replaced match may leave unused (a lengths.clamp(min=1) chain): erased after the rewrite
 _PURE_LEFTOVERS = {
     "clamp",
@@ -113,7 +124,10 @@ class Pair:
             def build(internal, _graph, pattern, kernels=kernels) -> fx.Graph:
                 return self._replacement_graph(pattern, _bindings(internal, pattern), kernels[_root(internal)])
 
-            done = replace_pattern_with_filters(gm, pattern_graph, match_filters=[accept], replacement_callback=build)
+            with _one_recompile(gm):
+                done = replace_pattern_with_filters(
+                    gm, pattern_graph, match_filters=[accept], replacement_callback=build
+                )
             for result in done:
                 self._finish(gm.graph, result, kernels[result.nodes_map[result.anchor]], registry)
             replaced += len(done)
@@ -175,26 +189,60 @@ class Pair:
 
 
 def spellings(make: Callable[..., Callable], **choices) -> tuple[Callable, ...]:
-    """One pattern per combination of `choices` (e.g. divide=DIVIDES): make(**one_choice_each)."""
+    """One pattern per combination of `choices` (structural variants: a keyword given or left out, a cast or
+    none): make(**one_choice_each). Equivalent calls need none of this: see EQUIVALENT_SPELLINGS."""
     keys = list(choices)
     return tuple(make(**dict(zip(keys, combo, strict=True))) for combo in itertools.product(*choices.values()))
 
 
-_TRACED: dict[Callable, fx.Graph] = {}
+_TRACED: dict[Callable, list[fx.Graph]] = {}
 
 
 def pattern_graphs(patterns: tuple[Callable, ...]) -> list[fx.Graph]:
-    """Each pattern traced once per process; parameters a spelling does not use are dropped (an unused
-    placeholder could never be bound)."""
+    """Each pattern traced once per process, then expanded into its equivalent spellings; parameters a pattern
+    does not use are dropped (an unused placeholder could never be bound)."""
     out = []
     for pattern in patterns:
         if pattern not in _TRACED:
             graph = fx.Tracer(autowrap_functions=LEAF_FUNCTIONS).trace(pattern)
             for node in [n for n in graph.nodes if n.op == "placeholder" and not n.users]:
                 graph.erase_node(node)
-            _TRACED[pattern] = graph
-        out.append(_TRACED[pattern])
+            _TRACED[pattern] = respelled(graph)
+        out += _TRACED[pattern]
     return out
+
+
+def respelled(graph: fx.Graph) -> list[fx.Graph]:
+    """`graph` in every combination of its nodes' equivalent spellings (the written one first)."""
+    positions = [i for i, n in enumerate(graph.nodes) if (n.op, n.target) in EQUIVALENT_SPELLINGS]
+    nodes = list(graph.nodes)
+    choices = [EQUIVALENT_SPELLINGS[(nodes[i].op, nodes[i].target)] for i in positions]
+    out = []
+    for combo in itertools.product(*choices):
+        copy = fx.Graph()
+        mapping = {}
+        output = copy.graph_copy(graph, mapping)
+        copy.output(output)
+        copied = list(copy.nodes)
+        for i, (op, target) in zip(positions, combo, strict=True):
+            copied[i].op, copied[i].target = op, target
+        out.append(copy)
+    return out
+
+
+@contextlib.contextmanager
+def _one_recompile(gm: fx.GraphModule):
+    """replace_pattern_with_filters regenerates the module's code after every pattern (~0.1 s on a 400-node
+    graph, times hundreds of spellings); the pass recompiles once, after all of them (graph_pass.fuse_pass)."""
+    gm.recompile = _no_recompile
+    try:
+        yield
+    finally:
+        del gm.recompile
+
+
+def _no_recompile():
+    return None
 
 
 def _root(internal: InternalMatch) -> fx.Node:

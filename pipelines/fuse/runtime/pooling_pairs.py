@@ -1,8 +1,8 @@
 """The partitioned-mean family: pattern / replacement pairs and their registration (POOLING_PAIRS).
 
-Each `*_pattern` is written as the user writes the form at the torch level; where one form has several torch-level
-spellings (`a / b` or `torch.div(a, b)`, `index_add_` or `torch.index_add`, a keyword given or left out) the
-pair lists one traced pattern per spelling (`spellings`). Parameters stand for what a fixed subgraph cannot pin
+Each `*_pattern` is written once, as the user writes the form at the torch level; equivalent calls (`a / b` or
+`torch.div(a, b)`, `index_add_` or `torch.index_add`) are expanded by pairs.EQUIVALENT_SPELLINGS, structural
+variants (a keyword given or left out) are listed with `spellings`. Parameters stand for what a fixed subgraph cannot pin
 down (the zeros a sum starts from, the lengths.clamp(min=1) chain of the counts, a literal size); the pair's
 `check` (the match filter) proves them: lengths / offsets a 1-D integer tensor, the zeros really zeros, the counts
 the same lengths, the segment ids sorted (`repeat_interleave(arange(B), lengths)`).
@@ -25,7 +25,6 @@ from .fx_match import example
 from .fx_match import is_call
 from .fx_match import same_size
 from .fx_match import strip_unary
-from .pairs import DIVIDES
 from .pairs import Pair
 from .pairs import spellings
 from .patterns import PADDED_REASON
@@ -67,27 +66,15 @@ def _counts_check(bindings) -> str | None:
 
 # --- index_add_ into zeros, divided by counts ----------------------------------------------------------------
 
-_INDEX_ADDS = (
-    lambda zeros, index, values: zeros.index_add_(0, index, values),
-    lambda zeros, index, values: zeros.index_add(0, index, values),
-    lambda zeros, index, values: torch.index_add(zeros, 0, index, values),
-)
 
-
-def _index_add_div(add, divide, with_size):
+def _index_add_div(with_size):
     def index_add_div_pattern(zeros, count, lengths, output_size, values, counts):
-        return divide(add(zeros, segment_ids(count, lengths, output_size, with_size), values), counts)
+        return zeros.index_add_(0, segment_ids(count, lengths, output_size, with_size), values) / counts
 
     return index_add_div_pattern
 
 
 # --- scatter_add into zeros, divided by counts ----------------------------------------------------------------
-
-_SCATTER_ADDS = (
-    lambda zeros, index, values: zeros.scatter_add_(0, index, values),
-    lambda zeros, index, values: zeros.scatter_add(0, index, values),
-    lambda zeros, index, values: torch.scatter_add(zeros, 0, index, values),
-)
 
 
 def rows_index(segments, values, cols, as_values: bool):
@@ -97,10 +84,10 @@ def rows_index(segments, values, cols, as_values: bool):
     return segments.unsqueeze(1).expand(-1, cols)
 
 
-def _scatter_add_div(add, divide, with_size, as_values):
+def _scatter_add_div(with_size, as_values):
     def scatter_add_div_pattern(zeros, count, lengths, output_size, values, cols, counts):
         index = rows_index(segment_ids(count, lengths, output_size, with_size), values, cols, as_values)
-        return divide(add(zeros, index, values), counts)
+        return zeros.scatter_add(0, index, values) / counts
 
     return scatter_add_div_pattern
 
@@ -121,21 +108,16 @@ def _is_rows_width(cols, values) -> bool:
 
 # --- scatter_reduce(..., "mean") -------------------------------------------------------------------------------
 
-_SCATTER_REDUCES = (
-    lambda zeros, index, values, *args, **kwargs: zeros.scatter_reduce(0, index, values, *args, **kwargs),
-    lambda zeros, index, values, *args, **kwargs: zeros.scatter_reduce_(0, index, values, *args, **kwargs),
-    lambda zeros, index, values, *args, **kwargs: torch.scatter_reduce(zeros, 0, index, values, *args, **kwargs),
-)
 INCLUDE_SELF_REASON = "include_self=True averages the initial zeros in too"
 
 
-def _scatter_reduce_mean(reduce, positional, with_self, with_size, as_values):
+def _scatter_reduce_mean(positional, with_self, with_size, as_values):
     def scatter_reduce_mean_pattern(zeros, count, lengths, output_size, values, cols, include_self):
         index = rows_index(segment_ids(count, lengths, output_size, with_size), values, cols, as_values)
         args, kwargs = (("mean",), {}) if positional else ((), {"reduce": "mean"})
         if with_self:
             kwargs["include_self"] = include_self
-        return reduce(zeros, index, values, *args, **kwargs)
+        return zeros.scatter_reduce(0, index, values, *args, **kwargs)
 
     return scatter_reduce_mean_pattern
 
@@ -201,18 +183,10 @@ def _embedding_bag_check(bindings) -> str | None:
 
 # --- masked mean over padded rows: recognised and left alone, with the reason counted -------------------------
 
-_MULS = (operator.mul, torch.mul, lambda a, b: a.mul(b))
-_SUMS = (
-    lambda x: x.sum(1),
-    lambda x: x.sum(dim=1),
-    lambda x: torch.sum(x, 1),
-    lambda x: torch.sum(x, dim=1),
-)
 
-
-def _padded_masked_mean(mul, total, divide):
+def _padded_masked_mean(dim_keyword):
     def padded_masked_mean_pattern(left, right, counts):
-        return divide(total(mul(left, right)), counts)
+        return ((left * right).sum(dim=1) if dim_keyword else (left * right).sum(1)) / counts
 
     return padded_masked_mean_pattern
 
@@ -260,20 +234,20 @@ def _padded_split(node) -> bool:
 
 
 _BOTH = (False, True)
-_PADDED_SPELLINGS = spellings(_padded_masked_mean, mul=_MULS, total=_SUMS, divide=DIVIDES)
+_PADDED_SPELLINGS = spellings(_padded_masked_mean, dim_keyword=_BOTH)
 
 POOLING_PAIRS = (
     Pair(
         "index_add_div",
         "partitioned_mean",
-        spellings(_index_add_div, add=_INDEX_ADDS, divide=DIVIDES, with_size=_BOTH),
+        spellings(_index_add_div, with_size=_BOTH),
         partitioned_mean_replacement,
         _counts_check,
     ),
     Pair(
         "scatter_add_div",
         "partitioned_mean",
-        spellings(_scatter_add_div, add=_SCATTER_ADDS, divide=DIVIDES, with_size=_BOTH, as_values=_BOTH),
+        spellings(_scatter_add_div, with_size=_BOTH, as_values=_BOTH),
         partitioned_mean_replacement,
         _scatter_add_check,
     ),
@@ -282,7 +256,6 @@ POOLING_PAIRS = (
         "partitioned_mean",
         spellings(
             _scatter_reduce_mean,
-            reduce=_SCATTER_REDUCES,
             positional=_BOTH,
             with_self=_BOTH,
             with_size=_BOTH,

@@ -2,15 +2,16 @@
 
 Each `*_pattern` is written once, as the user writes the form at the torch level; equivalent calls (`a / b` or
 `torch.div(a, b)`, `index_add_` or `torch.index_add`) are expanded by pairs.EQUIVALENT_SPELLINGS, structural
-variants (a keyword given or left out) are listed with `spellings`. Parameters stand for what a fixed subgraph cannot pin
-down (the zeros a sum starts from, the lengths.clamp(min=1) chain of the counts, a literal size); the pair's
+variants (a keyword given or left out) are listed with `spellings`. Parameters stand for what a fixed subgraph
+cannot pin down (the zeros a sum starts from, the lengths.clamp(min=1) chain of the counts, a literal size); the pair's
 `check` (the match filter) proves them: lengths / offsets a 1-D integer tensor, the zeros really zeros, the counts
 the same lengths, the segment ids sorted (`repeat_interleave(arange(B), lengths)`).
 
 To add a pair (e.g. embedding -> partitioned mean, for embedding_pool.py): write `<name>_pattern` (and its
 spellings), `<name>_replacement(<pattern parameters it needs>, *, pool)`, a check returning None / "" / a reason,
-then add `Pair("<name>", "<family>", patterns, replacement, check)` to POOLING_PAIRS (or to a new family file's
-tuple, listed in families.PATTERNS) and the kernel to families.default_kernels.
+then add `Pair("<name>", "<family>", patterns, replacement, check, operand=...)` to POOLING_PAIRS before any pair
+its pattern contains (or to a new family file's tuple, listed in families.PATTERNS) and its kernel (with
+`function=`) to families.default_kernels. `F.embedding` is already a leaf the pattern tracer records as called.
 """
 
 from __future__ import annotations
@@ -237,6 +238,8 @@ _BOTH = (False, True)
 _PADDED_SPELLINGS = spellings(_padded_masked_mean, dim_keyword=_BOTH)
 
 POOLING_PAIRS = (
+    # embedding -> partitioned mean (embedding_pool.py) goes first, here: the first entry to match a root claims it,
+    # so a pair must come before the pairs its pattern contains (segment_reduce_mean, embedding_bag_mean ...)
     Pair(
         "index_add_div",
         "partitioned_mean",
@@ -295,5 +298,4 @@ POOLING_PAIRS = (
         _padded_check,
         operand="left",
     ),
-    # embedding -> partitioned mean (embedding_pool.py) goes here: see the module docstring
 )

@@ -19,8 +19,8 @@ from torch import fx
 from pipelines.fuse.runtime.chains import op_key
 from pipelines.fuse.runtime.families import default_registry
 from pipelines.fuse.runtime.fx_match import example
+from pipelines.fuse.runtime.graph_pass import find_matches
 from pipelines.fuse.runtime.loop_capture import capture_loops
-from pipelines.fuse.runtime.registry import OperandSpec
 
 POINTWISE = {
     "add",
@@ -99,20 +99,10 @@ def understand(model: torch.nn.Module, inputs: tuple) -> Profile:
 
 def _matches(gm, registry, profile: Profile) -> set:
     covered = set()
-    for node in gm.graph.nodes:
-        for pattern in registry.patterns:
-            match = pattern.match(node)
-            if match is None:
-                continue
-            operand = example(match.operand)
-            kernel, reason = (
-                (None, match.declined) if match.declined else registry.pick(pattern.family, OperandSpec.of(operand))
-            )
-            profile.matches.append(
-                Found(match.name or pattern.name, node.name, kernel.name if kernel else None, reason)
-            )
-            covered.update(match.nodes)
-            break
+    for match in find_matches(gm, registry):
+        kernel = match.kernel
+        profile.matches.append(Found(match.name, match.root.name, kernel.name if kernel else None, match.declined))
+        covered.update(match.nodes)
     return covered
 
 

@@ -1,5 +1,6 @@
-"""A generic linear-chain pattern for passes the `fuse` pipeline writes: the ops, in order, each fed by the one
-before (other arguments pass through), replaced by one call of a generated `*_replacement`."""
+"""Linear-chain pairs for passes the `fuse` pipeline writes: the generated `*_pattern` (the ops in order, each fed
+by the one before; literals as in the model) matched by torch.fx's subgraph matcher like every pair, replaced by
+one call of the generated `*_replacement`."""
 
 from __future__ import annotations
 
@@ -7,8 +8,8 @@ from collections.abc import Callable
 
 from torch import fx
 
-from .patterns import Match
-from .patterns import Pattern
+from .pairs import Pair
+from .pairs import pattern_graphs
 
 
 def op_key(node: fx.Node) -> str:
@@ -16,22 +17,11 @@ def op_key(node: fx.Node) -> str:
     return f"{node.op}:{target}"
 
 
-def chain_matcher(ops: tuple[str, ...]) -> Callable[[fx.Node], Match | None]:
-    def match(node) -> Match | None:
-        nodes = [node]
-        for _ in ops[:-1]:
-            head = nodes[0].args[0] if nodes[0].args else None
-            if not isinstance(head, fx.Node) or len(head.users) != 1:
-                return None
-            nodes.insert(0, head)
-        if tuple(op_key(n) for n in nodes) != ops:
-            return None
-        first = nodes[0].args[0]
-        extras = [a for n in nodes for a in n.args[1:] if isinstance(a, fx.Node)]
-        return Match(node, (first, *extras), first, list(reversed(nodes)))  # literals live in the pattern
-
-    return match
-
-
-def chain_pattern(name: str, ops: tuple[str, ...], pattern, replacement, family: str) -> Pattern:
-    return Pattern(name, family, pattern, replacement, chain_matcher(ops))
+def chain_pair(name: str, ops: tuple[str, ...], pattern: Callable, replacement: Callable, family: str) -> Pair:
+    """The pair for a generated pass; `ops` (what the pass was written for) must be what its pattern traces to."""
+    graph = pattern_graphs((pattern,))[0]  # as written (the equivalent spellings follow it)
+    traced = tuple(op_key(n) for n in graph.nodes if n.op in ("call_function", "call_method"))
+    if traced != tuple(ops):
+        raise ValueError(f"pass {name!r}: its pattern traces to {traced}, not the ops it names {tuple(ops)}")
+    operand = next(n.target for n in graph.nodes if n.op == "placeholder")
+    return Pair(name, family, (pattern,), replacement, operand=operand)

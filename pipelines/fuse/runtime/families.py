@@ -1,4 +1,5 @@
-"""The kernels the default registry holds, by family, with their conditions and measured timings."""
+"""The kernels the default registry holds, by family, with their conditions and measured timings, and the forms
+(PATTERNS) it tries, in order: the hand-written unrolled forms, then each family's pattern / replacement pairs."""
 
 from __future__ import annotations
 
@@ -8,11 +9,13 @@ from pathlib import Path
 
 import torch
 
-from .patterns import PATTERNS
+from .liger_pairs import LIGER_PAIRS
 from .pooling import interpreter_active
+from .pooling_pairs import POOLING_PAIRS
 from .registry import Condition
 from .registry import Kernel
 from .registry import Registry
+from .unrolled_forms import UNROLLED_FORMS
 
 TIMINGS = Path(__file__).with_name("timings.json")  # written from benchmarks/pooling_h200.py's JSON
 
@@ -48,6 +51,9 @@ KERNEL_FUNCTIONS = {
 }
 
 
+PATTERNS = (*UNROLLED_FORMS, *POOLING_PAIRS, *LIGER_PAIRS)
+
+
 def default_kernels() -> list[Kernel]:
     float_types = (torch.float32, torch.bfloat16)
     no_liger = "liger_kernel is not importable (pip install -e the target checkout)"
@@ -58,17 +64,20 @@ def default_kernels() -> list[Kernel]:
             Condition(
                 ("cuda", "cpu"), (*float_types, torch.float16), (2,), _triton_runs, "CPU without TRITON_INTERPRET=1"
             ),
+            function=triton_partitioned_mean,
         ),
         # Liger's Triton kernels do not run under the interpreter on CPU: CUDA only
         Kernel(
             "liger_rms_norm",
             "rms_norm",
             Condition(("cuda",), (*float_types, torch.float16), (), _liger_importable, no_liger),
+            function=liger_rms_norm,
         ),
         Kernel(
             "liger_swiglu",
             "swiglu",
             Condition(("cuda",), (*float_types, torch.float16), (), _liger_importable, no_liger),
+            function=liger_swiglu,
         ),
     ]
 

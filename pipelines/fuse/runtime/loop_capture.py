@@ -12,6 +12,10 @@ the offsets *tensor*, behind a check that keeps the original loop as the fallbac
         <the original statements>
 
 The check is evaluated once at trace time (assume_constant_result), so only one branch is traced.
+
+Why not a pattern / replacement pair: the loop is Python source before Dynamo runs (after Dynamo it is B unrolled
+slices, a graph whose size depends on the data: unrolled_forms.py), so no FX matcher can see it. Captures count as
+`loop_slice_mean_stack` replacements in the same registry stats as the pairs.
 """
 
 from __future__ import annotations

@@ -76,7 +76,7 @@ class Kernel:
     family: str
     condition: Condition
     timings_ms: dict[tuple[str, str], float] = field(default_factory=dict)  # (gpu name, size bucket) -> ms
-    function: Callable | None = None  # what the replacement calls as `pool` (None: families.KERNEL_FUNCTIONS)
+    function: Callable | None = None  # what the replacement calls as `pool`
 
     def timing(self, gpu: str, bucket: str) -> float:
         return self.timings_ms.get((gpu, bucket), float("inf"))
@@ -85,7 +85,7 @@ class Kernel:
 class Registry:
     def __init__(self):
         self.kernels: dict[str, list[Kernel]] = {}  # family -> kernels, registration order
-        self.patterns: list = []  # Pattern entries (see patterns.py), tried in order
+        self.patterns: list = []  # Pair / HandForm entries (pairs.py, patterns.py), tried in order
         self.replaced: Counter[str] = Counter()  # pattern name -> times replaced
         self.declined: Counter[str] = Counter()  # pattern name -> times matched but left alone
         self.declined_reasons: Counter[str] = Counter()  # "pattern: reason" -> times
@@ -102,12 +102,12 @@ class Registry:
     def register_chain(self, name: str, ops, pattern, replacement, function, devices=("cuda", "cpu"), dtypes=()):
         """A linear chain of ops (a pass written by `liger-bot fuse`) and the kernel that replaces it, in one call:
         a generated pass needs nothing of this package but the registry it is handed."""
-        from .chains import chain_pattern
+        from .chains import chain_pair
 
         dtypes = tuple(dtypes) or (torch.float32, torch.bfloat16, torch.float16)
         kernel = Kernel(f"{name}_kernel", name, Condition(tuple(devices), dtypes), function=function)
         self.register_kernel(kernel)
-        self.register_pattern(chain_pattern(name, tuple(ops), pattern, replacement, name))
+        self.register_pattern(chain_pair(name, tuple(ops), pattern, replacement, name))
         return kernel
 
     def pick(self, family: str, spec: OperandSpec, gpu: str | None = None) -> tuple[Kernel | None, str]:

@@ -35,7 +35,7 @@ LAUNCH_TABLE = Path(__file__).with_name("embedding_pool_launch.json")
 ID_DTYPES = (torch.int32, torch.int64)
 SHORT_MEAN_LENGTH = 32  # up to this mean length the span design; above it the loop design
 LENGTH_EDGES = ((2, "L2"), (8, "L8"), (32, "L32"), (256, "L256"))  # mean length N / B; above: "Llong"
-WIDTH_EDGES = ((64, "D64"), (256, "D256"))  # D; above: "Dwide"
+WIDTH_EDGES = ((64, "D64"), (128, "D128"), (256, "D256"))  # D; above: "Dwide"
 FEW_PARTITIONS = 4096  # under this B, fewer partitions per program, so the programs still fill the GPU
 SPAN_ROWS = 128  # rows a span program aims to own: PARTS * mean length
 
@@ -74,7 +74,7 @@ def rule_config(bucket: str) -> dict:
     """The rule's launch for a bucket (what the table holds until measured): span below SHORT_MEAN_LENGTH."""
     b_class, length_class, width_class, dtype_class = bucket.split("/")
     typical_length = {"L2": 1.5, "L8": 6, "L32": 24, "L256": 160, "Llong": 1024}[length_class]
-    width = {"D64": 64, "D256": 256, "Dwide": 1024}[width_class]
+    width = {"D64": 64, "D128": 128, "D256": 256, "Dwide": 1024}[width_class]
     if typical_length <= SHORT_MEAN_LENGTH:
         parts = min(64, max(16, _next_power_of_2(SPAN_ROWS / typical_length)))
         parts = 16 if b_class == "Bfew" else parts

@@ -222,10 +222,10 @@ def tune(clock: Clock, budget_s: float) -> tuple[dict, list[dict]]:
         bucket = embedding_pool.launch_bucket(b, b * length, d, dtype)
         if bucket in seen:
             continue
-        if clock.left() < stop_at:
-            rows.append({"bucket": bucket, "skipped": "tuning budget spent"})
-            continue
         seen.add(bucket)
+        if clock.left() < stop_at:
+            rows.append({"bucket": bucket, "skipped": "tuning budget spent (the rule's launch stays)"})
+            continue
         best, row = tune_bucket(bucket, b, length, d, dtype)
         table_out[bucket] = best
         rows.append(row)

@@ -186,9 +186,32 @@ def embedding_mean_forward(
     grid = _grid(config, partitions, width)
     args = (table, ids, offsets, out, partitions, width, table.stride(0))
     if config["kernel"] == "span":
-        _kernels().embedding_mean_span_fwd_kernel[grid](*args, IEEE=_dot_in_fp32(table.dtype), **_launch_args(config))
+        span = _kernels().embedding_mean_span_fwd_kernel
+        span[grid](*args, IEEE=_dot_in_fp32(table.dtype), GATHER=True, **_launch_args(config))
     else:
         _kernels().embedding_mean_loop_fwd_kernel[grid](*args, **_launch_args(config))
+    return out
+
+
+def span_config_for_plain_mean(partitions: int, rows: int, width: int, dtype, device) -> dict | None:
+    """The span launch for a plain partitioned mean when its bucket is many (B >= FEW_PARTITIONS) short partitions,
+    else None (the tile kernel of pooling_kernels.py keeps the rest: it splits long partitions over programs)."""
+    if partitions < FEW_PARTITIONS:
+        return None
+    config = launch_config(partitions, rows, width, dtype, device)
+    return config if config["kernel"] == "span" else None
+
+
+def plain_mean_span_forward(values: torch.Tensor, offsets: torch.Tensor, config: dict, launcher) -> torch.Tensor:
+    """The partitioned mean of values [N, D] (contiguous, N > 0) through the span kernel; offsets int64 within
+    [0, N], never decreasing (rows outside them belong to no partition: a span reads only its partitions' rows)."""
+    partitions, width = offsets.shape[0] - 1, values.shape[1]
+    out = values.new_empty(partitions, width)
+    kernel = launcher(_kernels().embedding_mean_span_fwd_kernel)
+    args = (values, values, offsets, out, partitions, width, width)  # ids unread with GATHER off
+    kernel[_grid(config, partitions, width)](
+        *args, IEEE=_dot_in_fp32(values.dtype), GATHER=False, **_launch_args(config)
+    )
     return out
 
 

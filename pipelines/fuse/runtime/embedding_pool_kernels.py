@@ -8,6 +8,8 @@ Two designs, picked by the shape bucket (see embedding_pool.py):
   lengths; each gathered row tile is reduced into the PARTS outputs with a one-hot [PARTS, BLOCK_N] matrix on the
   tensor cores (exact: a one-hot product adds each row once, fp32 accumulation, IEEE for fp32). A partition of 1-4
   ids no longer costs a program and a serial chain of loads of its own.
+  With GATHER off the same kernel is the plain partitioned mean (values [N, D] read in order), which pooling.py
+  routes many short partitions to.
 * **loop** (long partitions): a program owns one partition and loops over its ids BLOCK_N at a time.
 
 Backward scatters grad_out[b] / len(b) into the table's dense fp32 gradient with atomic adds, in the same two
@@ -44,6 +46,7 @@ def embedding_mean_span_fwd_kernel(
     BLOCK_N: tl.constexpr,
     BLOCK_D: tl.constexpr,
     IEEE: tl.constexpr,
+    GATHER: tl.constexpr,
 ):
     b0 = tl.program_id(0).to(tl.int64) * PARTS
     cols = tl.program_id(1) * BLOCK_D + tl.arange(0, BLOCK_D)
@@ -54,7 +57,10 @@ def embedding_mean_span_fwd_kernel(
     for r in range(span_lo, span_hi, BLOCK_N):
         rows = r + rows0
         row_mask = rows < span_hi
-        idx = tl.load(ids_ptr + rows, mask=row_mask, other=0).to(tl.int64)
+        if GATHER:
+            idx = tl.load(ids_ptr + rows, mask=row_mask, other=0).to(tl.int64)
+        else:  # the plain partitioned mean: row i of the values is row i of the "table"
+            idx = rows
         tile = tl.load(
             table_ptr + idx[:, None] * table_stride + cols[None, :],
             mask=row_mask[:, None] & col_mask[None, :],

@@ -61,7 +61,7 @@ def test_16_bit_tables_come_back_in_their_dtype_with_fp32_accumulation(dtype):
 def test_every_launch_the_bucket_table_holds_runs_correctly():
     configs = {json.dumps(c, sort_keys=True) for c in embedding_pool.load_launch_table().values()}
     assert {json.loads(c)["kernel"] for c in configs} == {"span", "loop"}
-    ids, offsets = _batch([1, 3, 0, 2] * 20 + [70])
+    ids, offsets = _batch([1, 3, 0, 2] * 8 + [40])
     for config in map(json.loads, sorted(configs)):
         config.pop("num_warps", None)
         config["BLOCK_D"] = min(config["BLOCK_D"], 32)
@@ -147,3 +147,19 @@ def test_bad_tables_are_refused_and_ids_are_range_checked_on_request():
         embedding_partitioned_mean(torch.randn(VOCAB), ids, offsets)
     with pytest.raises(ValueError, match=r"ids must lie in \[0, V=40\), got 1..40"):
         embedding_partitioned_mean(torch.randn(VOCAB, 4), torch.tensor([1, 40]), offsets, check_ids=True)
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
+def test_many_short_partitions_of_the_plain_partitioned_mean_take_the_span_kernel(dtype):
+    from pipelines.fuse.runtime import pooling
+
+    partitions = embedding_pool.FEW_PARTITIONS
+    lengths = torch.randint(0, 5, (partitions,), generator=torch.Generator().manual_seed(2))
+    offsets = torch.cat([torch.zeros(1, dtype=torch.int64), lengths.cumsum(0)])
+    values = torch.randn(int(offsets[-1]), 6).to(dtype)
+    assert pooling._span_config(partitions, values.shape[0], 6, values)["kernel"] == "span"
+    expected = F.embedding_bag(
+        torch.arange(values.shape[0]), values.double(), offsets, mode="mean", include_last_offset=True
+    )
+    tol = 1e-6 if dtype == torch.float32 else 1e-2
+    torch.testing.assert_close(pooling.partitioned_mean(values, offsets).double(), expected, rtol=tol, atol=tol)

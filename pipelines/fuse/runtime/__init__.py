@@ -13,6 +13,7 @@ kernels count as unavailable on CPU and the original ops run.
 from .backend import FuseStats
 from .backend import compile
 from .backend import make_backend
+from .embedding_pool import embedding_partitioned_mean
 from .families import default_registry
 from .pooling import grouped_partitioned_mean
 from .pooling import partitioned_mean
@@ -23,6 +24,7 @@ __all__ = [
     "Registry",
     "compile",
     "default_registry",
+    "embedding_partitioned_mean",
     "grouped_partitioned_mean",
     "make_backend",
     "partitioned_mean",

@@ -161,6 +161,21 @@ def _readable_in_pairs(values: torch.Tensor) -> bool:
     return guard_or_false(values.shape[1] % 2 == 0) and guard_or_false(values.storage_offset() % 2 == 0)
 
 
+def _embedding_pool():
+    from . import embedding_pool  # it imports this module
+
+    return embedding_pool
+
+
+def _span_config(partitions, rows, width, values: torch.Tensor) -> dict | None:
+    """The span launch where the shape bucket says many short partitions. Only for sizes known as numbers: under a
+    trace with symbolic sizes the bucket's comparisons would add guards (a recompile per bucket change) or fail on
+    data-dependent sizes, so there the tile kernel runs as before."""
+    if not all(isinstance(size, int) for size in (partitions, rows, width)):
+        return None
+    return _embedding_pool().span_config_for_plain_mean(partitions, rows, width, values.dtype, values.device)
+
+
 def partitioned_mean_forward(
     values: torch.Tensor,
     offsets: torch.Tensor,
@@ -176,6 +191,9 @@ def partitioned_mean_forward(
     b = offsets.shape[0] - 1
     if b == 0 or n == 0:  # no partition, or every partition empty: zeros, no launch
         return values.new_zeros(b, d)
+    span = _span_config(b, n, d, values) if config is None else None
+    if span is not None:  # many short partitions: several per program (issue 13: 2.7-7x behind segment_reduce)
+        return _embedding_pool().plain_mean_span_forward(values, offsets, span, lambda k: _launcher(k, traceable))
     pairs = _readable_in_pairs(values)
     cfg = {**FORWARD_DEFAULTS, **(config or launch_config(n, d, values.device, values.dtype, pairs=pairs))}
     cfg["PAIRS"] = cfg["PAIRS"] and pairs

@@ -1,0 +1,300 @@
+"""Fused gather + mean pool: `embedding_partitioned_mean(table [V, D], ids [N], offsets [B+1]) -> [B, D]`.
+
+out[b] = mean of table[ids[offsets[b]:offsets[b+1]]] (zeros for an empty partition), what
+`nn.EmbeddingBag(mode="mean")` or `F.embedding` + a partitioned mean compute, in one launch that never writes the
+[N, D] rows it gathers. Accumulation is fp32 for fp32 / bf16 / fp16 tables; the output has the table's dtype.
+
+The launch is picked by a shape bucket (B, mean length N / B, D, dtype; `launch_bucket`) from data,
+embedding_pool_launch.json, which holds the bucket rule's defaults until benchmarks/pooling_grid_gpu.py measures
+and rewrites it: many short partitions take the span design (several partitions per program), long ones the loop
+design (see embedding_pool_kernels.py).
+
+Backward: the table's dense gradient, grad[v] = sum over the positions i with ids[i] = v of grad_out[b(i)] / len(b(i)).
+Repeated ids collide, so the default scatters with fp32 atomic adds into a zeroed [V, D] fp32 buffer (cast to the
+table's dtype at the end): one pass over the ids, no sort, the cost nn.EmbeddingBag's own backward pays in its sort.
+Float addition in the order the atomics land is not reproducible bit for bit; with
+`torch.use_deterministic_algorithms(True)` the gradient comes instead from a stable sort of the ids and a segmented
+sum per distinct id (torch ops, one host sync for the number of distinct ids), the same bits on every run.
+
+Ids are not range-checked by default: that is a reduction over N and a device sync per call, more than the kernel
+costs at short lengths; an id outside [0, V) reads (forward) or writes (backward) outside the table. Pass
+`check_ids=True` while debugging. The offsets are checked (one sync): 1-D, from 0 to N, never decreasing.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import torch
+
+from .pooling import SUPPORTED_DTYPES
+from .pooling import interpreter_active
+
+LAUNCH_TABLE = Path(__file__).with_name("embedding_pool_launch.json")
+ID_DTYPES = (torch.int32, torch.int64)
+SHORT_MEAN_LENGTH = 32  # up to this mean length the span design; above it the loop design
+LENGTH_EDGES = ((2, "L2"), (8, "L8"), (32, "L32"), (256, "L256"))  # mean length N / B; above: "Llong"
+WIDTH_EDGES = ((64, "D64"), (128, "D128"), (256, "D256"))  # D; above: "Dwide"
+FEW_PARTITIONS = 4096  # under this B, fewer partitions per program, so the programs still fill the GPU
+SPAN_ROWS = 128  # rows a span program aims to own: PARTS * mean length
+
+
+def _kernels():
+    from . import embedding_pool_kernels
+
+    return embedding_pool_kernels
+
+
+def _next_power_of_2(n: float) -> int:
+    n = max(int(-(-n // 1)), 1)
+    return 1 << (n - 1).bit_length()
+
+
+def _cdiv(a: int, b: int) -> int:
+    return -(-a // b)
+
+
+def _class_of(value: float, edges) -> str:
+    for limit, name in edges:
+        if value <= limit:
+            return name
+    return {LENGTH_EDGES: "Llong", WIDTH_EDGES: "Dwide"}[edges]
+
+
+def launch_bucket(partitions: int, rows: int, width: int, dtype: torch.dtype) -> str:
+    """The shape bucket, e.g. "Blarge/L8/D128/fp32": B few or large, mean length class, D class, dtype class."""
+    mean_length = rows / max(partitions, 1)
+    b_class = "Bfew" if partitions < FEW_PARTITIONS else "Blarge"
+    dtype_class = "fp32" if dtype == torch.float32 else "16bit"
+    return "/".join((b_class, _class_of(mean_length, LENGTH_EDGES), _class_of(width, WIDTH_EDGES), dtype_class))
+
+
+def rule_config(bucket: str) -> dict:
+    """The rule's launch for a bucket (what the table holds until measured): span below SHORT_MEAN_LENGTH."""
+    b_class, length_class, width_class, dtype_class = bucket.split("/")
+    typical_length = {"L2": 1.5, "L8": 6, "L32": 24, "L256": 160, "Llong": 1024}[length_class]
+    width = {"D64": 64, "D128": 128, "D256": 256, "Dwide": 1024}[width_class]
+    if typical_length <= SHORT_MEAN_LENGTH:
+        parts = min(64, max(16, _next_power_of_2(SPAN_ROWS / typical_length)))
+        parts = 16 if b_class == "Bfew" else parts
+        return {"kernel": "span", "PARTS": parts, "BLOCK_N": 64, "BLOCK_D": min(128, width), "num_warps": 4}
+    block_n = 32 if dtype_class == "fp32" else 64
+    return {"kernel": "loop", "BLOCK_N": block_n, "BLOCK_D": min(256, width), "num_warps": 4}
+
+
+def every_bucket() -> list[str]:
+    names = [name for _, name in LENGTH_EDGES] + ["Llong"]
+    widths = [name for _, name in WIDTH_EDGES] + ["Dwide"]
+    combos = (
+        (b, length, w, t) for b in ("Bfew", "Blarge") for length in names for w in widths for t in ("fp32", "16bit")
+    )
+    return ["/".join(combo) for combo in combos]
+
+
+def load_launch_table(path: Path = LAUNCH_TABLE) -> dict:
+    """{bucket: config}; a bucket the file lacks (or no file) takes the rule's config."""
+    table = {bucket: rule_config(bucket) for bucket in every_bucket()}
+    if path.is_file():
+        table.update(json.loads(path.read_text()).get("buckets", {}))
+    return table
+
+
+_LAUNCH = {}
+
+
+def launch_config(partitions: int, rows: int, width: int, dtype: torch.dtype, device: torch.device) -> dict:
+    """The bucket's launch; BLOCK_D fitted to D (at least 16, the tensor-core tile's least side)."""
+    if not _LAUNCH:
+        _LAUNCH.update(load_launch_table())
+    config = dict(_LAUNCH[launch_bucket(partitions, rows, width, dtype)])
+    config["BLOCK_D"] = max(16, min(config["BLOCK_D"], _next_power_of_2(width)))
+    if device.type != "cuda":
+        config.pop("num_warps", None)
+        config.pop("num_stages", None)
+    return config
+
+
+def _check_types(table: torch.Tensor, ids: torch.Tensor, offsets: torch.Tensor) -> None:
+    if table.dim() != 2:
+        raise ValueError(f"table must be [V, D], got shape {tuple(table.shape)}")
+    if table.dtype not in SUPPORTED_DTYPES:
+        raise TypeError(f"table dtype {table.dtype} is not fp32/bf16/fp16")
+    if ids.dim() != 1:
+        raise ValueError(f"ids must be 1-D [N], got shape {tuple(ids.shape)}")
+    if ids.dtype not in ID_DTYPES:
+        raise TypeError(f"ids must be int32 or int64, got {ids.dtype}")
+    if offsets.dim() != 1 or offsets.shape[0] < 1:
+        raise ValueError(f"offsets must be 1-D [B+1] with B >= 0, got shape {tuple(offsets.shape)}")
+    if offsets.dtype not in ID_DTYPES:
+        raise TypeError(f"offsets must be int32 or int64, got {offsets.dtype}")
+    if not (table.device == ids.device == offsets.device):
+        raise ValueError(
+            f"table, ids and offsets must share a device, got {table.device}, {ids.device}, {offsets.device}"
+        )
+
+
+def _check_offsets(offsets: torch.Tensor, rows: int) -> None:
+    """One sync: the first, the last and the position of the first decreasing step read back together."""
+    drops = (offsets[1:] < offsets[:-1]).to(torch.int8)
+    first_drop = torch.where(drops.any(), drops.argmax(), -1) if drops.numel() else offsets.new_tensor(-1)
+    first, last, at = torch.stack([offsets[0], offsets[-1], first_drop.to(offsets.dtype)]).tolist()
+    if first != 0:
+        raise ValueError(f"offsets must start at 0, got offsets[0]={first}")
+    if last != rows:
+        raise ValueError(f"offsets must end at N={rows} (the number of ids), got offsets[-1]={last}")
+    if at >= 0:
+        low, high = offsets[at : at + 2].tolist()
+        raise ValueError(f"offsets must not decrease: offsets[{at}]={low} > offsets[{at + 1}]={high}")
+
+
+def _check_ids(ids: torch.Tensor, vocabulary: int) -> None:
+    if ids.numel() and (int(ids.min()) < 0 or int(ids.max()) >= vocabulary):
+        raise ValueError(f"ids must lie in [0, V={vocabulary}), got {int(ids.min())}..{int(ids.max())}")
+
+
+def _row_major(table: torch.Tensor) -> torch.Tensor:
+    return table if table.stride(1) == 1 else table.contiguous()
+
+
+def _grid(config: dict, partitions: int, width: int) -> tuple[int, int]:
+    per_program = config["PARTS"] if config["kernel"] == "span" else 1
+    return (_cdiv(partitions, per_program), _cdiv(width, config["BLOCK_D"]))
+
+
+def _launch_args(config: dict) -> dict:
+    return {k: v for k, v in config.items() if k != "kernel" and not (config["kernel"] == "loop" and k == "PARTS")}
+
+
+def _dot_in_fp32(dtype: torch.dtype) -> bool:
+    """fp32 tables take IEEE fp32 products (tf32 would round the rows); a 16-bit table multiplies natively, except
+    bf16 under the interpreter, whose numpy dot has no bf16 (it returned garbage there), so the CPU tests widen it."""
+    return dtype == torch.float32 or (dtype == torch.bfloat16 and interpreter_active())
+
+
+def embedding_mean_forward(
+    table: torch.Tensor, ids: torch.Tensor, offsets: torch.Tensor, config: dict | None = None
+) -> torch.Tensor:
+    """One launch, no checks (the functional entry point checks); `config` overrides the bucket's launch."""
+    table = _row_major(table)
+    ids, offsets = ids.contiguous(), offsets.contiguous()
+    partitions, width, rows = offsets.shape[0] - 1, table.shape[1], ids.shape[0]
+    if partitions == 0 or rows == 0:
+        return table.new_zeros(partitions, width)
+    config = config or launch_config(partitions, rows, width, table.dtype, table.device)
+    out = table.new_empty(partitions, width)
+    grid = _grid(config, partitions, width)
+    args = (table, ids, offsets, out, partitions, width, table.stride(0))
+    if config["kernel"] == "span":
+        span = _kernels().embedding_mean_span_fwd_kernel
+        span[grid](*args, IEEE=_dot_in_fp32(table.dtype), GATHER=True, **_launch_args(config))
+    else:
+        _kernels().embedding_mean_loop_fwd_kernel[grid](*args, **_launch_args(config))
+    return out
+
+
+def span_config_for_plain_mean(partitions: int, rows: int, width: int, dtype, device) -> dict | None:
+    """The span launch for a plain partitioned mean when its bucket is many (B >= FEW_PARTITIONS) short partitions,
+    else None (the tile kernel of pooling_kernels.py keeps the rest: it splits long partitions over programs)."""
+    if partitions < FEW_PARTITIONS:
+        return None
+    config = launch_config(partitions, rows, width, dtype, device)
+    return config if config["kernel"] == "span" else None
+
+
+def plain_mean_span_forward(values: torch.Tensor, offsets: torch.Tensor, config: dict, launcher) -> torch.Tensor:
+    """The partitioned mean of values [N, D] (contiguous, N > 0) through the span kernel; offsets int64 within
+    [0, N], never decreasing (rows outside them belong to no partition: a span reads only its partitions' rows)."""
+    partitions, width = offsets.shape[0] - 1, values.shape[1]
+    out = values.new_empty(partitions, width)
+    kernel = launcher(_kernels().embedding_mean_span_fwd_kernel)
+    args = (values, values, offsets, out, partitions, width, width)  # ids unread with GATHER off
+    kernel[_grid(config, partitions, width)](
+        *args, IEEE=_dot_in_fp32(values.dtype), GATHER=False, **_launch_args(config)
+    )
+    return out
+
+
+def embedding_mean_backward(
+    grad_out: torch.Tensor,
+    ids: torch.Tensor,
+    offsets: torch.Tensor,
+    vocabulary: int,
+    dtype: torch.dtype,
+    config: dict | None = None,
+) -> torch.Tensor:
+    """The table's dense gradient [V, D] in `dtype`: atomics, or the sorted segmented sum when torch is asked to be
+    deterministic."""
+    grad_out = grad_out.contiguous()
+    partitions, width = grad_out.shape
+    rows = ids.shape[0]
+    if partitions == 0 or rows == 0:
+        return grad_out.new_zeros(vocabulary, width, dtype=dtype)
+    if torch.are_deterministic_algorithms_enabled():
+        return deterministic_backward(grad_out, ids, offsets, vocabulary).to(dtype)
+    config = config or launch_config(partitions, rows, width, dtype, grad_out.device)
+    grad_table = torch.zeros(vocabulary, width, dtype=torch.float32, device=grad_out.device)
+    grid = _grid(config, partitions, width)
+    args = (grad_out, ids.contiguous(), offsets.contiguous(), grad_table, partitions, width)
+    launch = {k: v for k, v in _launch_args(config).items() if k not in ("num_stages",)}
+    if config["kernel"] == "span":
+        _kernels().embedding_mean_span_bwd_kernel[grid](*args, **launch)
+    else:
+        _kernels().embedding_mean_loop_bwd_kernel[grid](*args, **launch)
+    return grad_table if dtype == torch.float32 else grad_table.to(dtype)
+
+
+def deterministic_backward(
+    grad_out: torch.Tensor, ids: torch.Tensor, offsets: torch.Tensor, vocabulary: int
+) -> torch.Tensor:
+    """fp32 [V, D]: each distinct id's rows summed in one fixed order (stable sort, then a segmented sum)."""
+    partitions, rows = grad_out.shape[0], ids.shape[0]
+    lengths = (offsets[1:] - offsets[:-1]).to(torch.int64)
+    owner = torch.repeat_interleave(torch.arange(partitions, device=ids.device), lengths, output_size=rows)
+    scaled = grad_out.float() / lengths.clamp(min=1).unsqueeze(1)
+    order = torch.sort(ids.to(torch.int64), stable=True)
+    distinct, counts = torch.unique_consecutive(order.values, return_counts=True)
+    sums = torch.segment_reduce(scaled[owner[order.indices]], "sum", lengths=counts)
+    grad_table = grad_out.new_zeros(vocabulary, grad_out.shape[1], dtype=torch.float32)
+    grad_table[distinct] = sums
+    return grad_table
+
+
+class EmbeddingPartitionedMean(torch.autograd.Function):
+    @staticmethod
+    def forward(ctx, table, ids, offsets, config=None):
+        ctx.save_for_backward(ids, offsets)
+        ctx.vocabulary, ctx.dtype, ctx.config = table.shape[0], table.dtype, config
+        return embedding_mean_forward(table, ids, offsets, config)
+
+    @staticmethod
+    def backward(ctx, grad_out):
+        ids, offsets = ctx.saved_tensors
+        grad_table = embedding_mean_backward(grad_out, ids, offsets, ctx.vocabulary, ctx.dtype, ctx.config)
+        return grad_table, None, None, None
+
+
+def embedding_partitioned_mean(
+    table: torch.Tensor, ids: torch.Tensor, offsets: torch.Tensor, check_ids: bool = False
+) -> torch.Tensor:
+    """out[b] = mean of table[ids[offsets[b]:offsets[b+1]]], zeros where the partition is empty.
+
+    table [V, D] fp32 / bf16 / fp16 (a CUDA tensor, or a CPU one under TRITON_INTERPRET=1); ids [N] int32 / int64;
+    offsets [B+1] int32 / int64 from 0 to N, never decreasing. Anything else is refused with the reason; ids are
+    range-checked only with `check_ids=True` (a device sync)."""
+    _check_types(table, ids, offsets)
+    if table.device.type != "cuda" and not interpreter_active():
+        raise RuntimeError(f"the Triton kernel needs a CUDA tensor or TRITON_INTERPRET=1, got {table.device}")
+    _check_offsets(offsets, ids.shape[0])
+    if check_ids:
+        _check_ids(ids, table.shape[0])
+    return EmbeddingPartitionedMean.apply(table, ids, offsets)
+
+
+__all__ = [
+    "EmbeddingPartitionedMean",
+    "embedding_partitioned_mean",
+    "launch_bucket",
+    "launch_config",
+    "rule_config",
+]

@@ -29,6 +29,7 @@ from typing import Protocol
 
 from pipelines import changeset
 from pipelines.autopatch import act
+from pipelines.autopatch import supported
 from pipelines.autopatch.profile import Profile
 from pipelines.outcome import GateResult
 from pipelines.outcome import GateStatus
@@ -83,8 +84,15 @@ def _result(name: str, proc: CommandResult, passed: str, lines: int = 15) -> Gat
     )
 
 
+def apply_function(profile: Profile, root: Path) -> str:
+    """The function the patched registry maps this model_type to: its own, or (an alias) its owner's."""
+    if not profile.identity.alias_of:
+        return f"apply_liger_kernel_to_{profile.model_type}"
+    return supported.supported_models(root / act.MONKEY_PATCH)[profile.registry_keys[0]]
+
+
 def gate_import(profile: Profile, root: Path, runner: Runner) -> GateResult:
-    fn = f"apply_liger_kernel_to_{profile.model_type}"
+    fn = apply_function(profile, root)
     proc = runner.run([sys.executable, "-c", f"from liger_kernel.transformers import {fn}"], root, target_env(), 300)
     return _result("Import", proc, f"from liger_kernel.transformers import {fn}")
 
@@ -139,7 +147,7 @@ except Exception as exc:
     print(json.dumps({"reference_failed": f"{type(exc).__name__}: {exc}"}))
     sys.exit(0)
 from liger_kernel.transformers import monkey_patch
-apply_fn = getattr(monkey_patch, "apply_liger_kernel_to_" + spec["model_type"])
+apply_fn = getattr(monkey_patch, spec["apply_function"])
 wanted = {"rope": True, "fused_linear_cross_entropy": True, "cross_entropy": False, "rms_norm": False,
           "layer_norm": False, "swiglu": False, "geglu": False, "relu_squared": False}
 params = inspect.signature(apply_fn).parameters
@@ -187,6 +195,7 @@ def gate_cpu_numerics(profile: Profile, root: Path, runner: Runner) -> GateResul
         after["final_logit_softcapping"] = None
     spec = {
         "model_type": profile.model_type,
+        "apply_function": apply_function(profile, root),
         "config_module": the_plan.config_module,
         "config_class": profile.identity.config_class,
         "modeling_module": profile.identity.modeling_module,
@@ -284,6 +293,7 @@ def model_check_spec(profile: Profile, root: Path, device: str, flags: dict | No
     ident = profile.identity
     return {
         "model_type": profile.model_type,
+        "apply_function": apply_function(profile, root),
         "config_module": act.plan(profile).config_module,
         "config_class": entry.config_class,
         "modeling_module": ident.modeling_module,

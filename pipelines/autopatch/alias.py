@@ -116,6 +116,27 @@ def without_keywords(text: str, first_line: int, config: ast.Call, removed: set[
     return "".join(lines)
 
 
+def owner_sizes(profile: Profile, set_here: set[str]) -> list[tuple[str, int]]:
+    """The owner config's int defaults (sizes, counts, token ids) that this model's config defaults otherwise and a
+    copied test leaves unset: with them the copy builds the owner test's model (IQuestCoderConfig's 40 heads do not
+    divide the 32 wide hidden size Llama's test sets beside LlamaConfig's 32)."""
+    mine, owner = (cls() for cls in config_classes(profile))
+    return [
+        (name, value)
+        for name, value in sorted(vars(owner).items())
+        if type(value) is int and name not in set_here and hasattr(mine, name) and getattr(mine, name) != value
+    ]
+
+
+def with_keywords(text: str, added: list[tuple[str, int]]) -> str:
+    """A copied multi-line call's text with `name=value,` lines before its closing parenthesis."""
+    if not added:
+        return text
+    head, _, close = text.rpartition("\n")
+    indent = re.match(r"\s*", head.rsplit("\n", 1)[-1]).group(0)
+    return head + "".join(f"\n{indent}{name}={value!r}," for name, value in added) + "\n" + close
+
+
 def edit_registry(source: str, profile: Profile, apply_fn: str) -> str:
     for key in profile.registry_keys:
         registry = supported.registry_dict(source)
@@ -147,7 +168,9 @@ def copied_instance_test(source: str, profile: Profile, owner_test: str) -> str:
     removed = removed_fields(profile)
     for call in calls:  # the same lines, offset from the function's first line
         original = ast.get_source_segment(source, call).replace(ast.get_source_segment(source, call.func), path, 1)
-        body = body.replace(original, without_keywords(original, call.lineno, call, removed), 1)
+        copied = without_keywords(original, call.lineno, call, removed)
+        copied = with_keywords(copied, owner_sizes(profile, {k.arg for k in call.keywords}))
+        body = body.replace(original, copied, 1)
     body = body.replace(f"def {owner_test}(", f"def {INSTANCE_PREFIX}{profile.model_type}(", 1)
     decorators = [f"@{ast.get_source_segment(source, d)}" for d in func.decorator_list]
     x = profile.model_type

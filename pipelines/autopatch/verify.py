@@ -280,9 +280,15 @@ WIDTH_FIELDS += ("rotary_dim",)  # a partial rotary width within head_dim
 CPU_ROUTED_EXPERTS = 8
 
 
+# An entry this narrow is CPU-sized as written (mini_deepseek_v3's hidden 32, its MLA ranks 8: divided, its heads
+# are 1 wide and the unpatched model itself fails); the copies of such an entry (an alias's) run unshrunk.
+CPU_SIZED_HIDDEN = 256
+
+
 def cpu_config(config: dict, sparse_router: bool = True) -> dict:
     """The entry at CPU widths; with `sparse_router`, CPU_ROUTED_EXPERTS experts behind its router."""
-    shrunk = {k: v // CPU_WIDTH_DIVISOR if k in WIDTH_FIELDS and isinstance(v, int) else v for k, v in config.items()}
+    divisor = 1 if config.get("hidden_size", config.get("d_model", 0)) <= CPU_SIZED_HIDDEN else CPU_WIDTH_DIVISOR
+    shrunk = {k: v // divisor if k in WIDTH_FIELDS and isinstance(v, int) else v for k, v in config.items()}
     if not sparse_router:
         return shrunk
     return {k: CPU_ROUTED_EXPERTS if k in act.ROUTED_EXPERT_FIELDS else v for k, v in shrunk.items()}

@@ -118,3 +118,12 @@ def test_a_copied_config_call_loses_the_lines_of_removed_fields():
     call = ast.parse(source).body[0].value
     kept = alias.without_keywords(source, call.lineno, call, {"pretraining_tp"})
     assert kept == "LlamaConfig(\n    hidden_size=32,\n    vocab_size=8,\n)"
+
+
+def test_a_copied_test_sets_the_owners_sizes_where_the_alias_defaults_differ():
+    iquestcoder = _alias_profile("iquestcoder", "IQuestCoderConfig", "LlamaForCausalLM", "llama")
+    sizes = dict(alias.owner_sizes(iquestcoder, {"hidden_size", "intermediate_size", "num_hidden_layers"}))
+    assert sizes["num_attention_heads"] == 32  # LlamaConfig's; IQuestCoderConfig's 40 do not divide hidden 32
+    assert "hidden_size" not in sizes  # the owner's test sets it
+    text = alias.with_keywords("Config(\n    hidden_size=32,\n)", [("num_attention_heads", 32)])
+    assert text == "Config(\n    hidden_size=32,\n    num_attention_heads=32,\n)"

@@ -890,6 +890,8 @@ def base_model_lookup(attr_path: str, instance: str) -> str:
 
 
 def config_module_of(profile: Profile) -> str:
+    if profile.identity.config_module:  # an alias: its config beside no modeling file of its own
+        return profile.identity.config_module
     package, name = profile.identity.modeling_module.rsplit(".", 1)
     return f"{package}.{name.replace('modeling_', 'configuration_', 1)}"
 
@@ -1463,6 +1465,10 @@ def model_file(model_type: str) -> Path:
 
 def build_changeset(checkout: Checkout, profile: Profile) -> Changeset:
     """All edits made in memory; nothing is written. Raises PipelineError if an anchor is missing."""
+    if profile.identity.alias_of:  # another model's class: one registry entry to that model's apply function
+        from pipelines.autopatch import alias  # alias builds on this module
+
+        return alias.build_changeset(checkout, profile)
     the_plan = plan(profile)
     new_file = model_file(profile.model_type)
     if checkout.path(new_file).exists():

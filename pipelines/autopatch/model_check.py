@@ -67,7 +67,7 @@ def build(spec: dict):
 def apply_fn(spec: dict):
     from liger_kernel.transformers import monkey_patch
 
-    return getattr(monkey_patch, f"apply_liger_kernel_to_{spec['model_type']}")
+    return getattr(monkey_patch, spec.get("apply_function") or f"apply_liger_kernel_to_{spec['model_type']}")
 
 
 def train(model, data: list[dict], lr: float, patched: bool) -> dict:

@@ -134,6 +134,10 @@ class Identity:
     # the `config.model_type` values Liger's registry maps to the apply function (a model_type with '-', a class
     # two model types share, a text config with a model_type of its own); empty: model_type alone
     registry_keys: tuple[str, ...] = ()
+    # a model_type without a modeling file of its own, run by another model's CausalLM class (exaone:
+    # LlamaForCausalLM): that model's model_type, whose apply function the registry entry reuses; None otherwise
+    alias_of: str | None = None
+    config_module: str | None = None  # where the config class lives when not beside the modeling module (an alias)
 
 
 # Checks beside the 12 decisions: facts no Liger option expresses, so a patch cannot be generated while one needs

@@ -190,6 +190,19 @@ def modeling_path(module_name: str, class_name: str) -> Path:
     raise PipelineError(f"no modeling file under {folder} defines {class_name}", hint="is transformers installed?")
 
 
+def class_home(module_name: str, class_name: str) -> str | None:
+    """The models/ folder whose modeling file defines `class_name`, where `module_name`'s own folder has no modeling
+    file (exaone's config, built by transformers as LlamaForCausalLM: "llama"); None for a model with its own."""
+    folder = site_packages() / "transformers" / "models" / module_name
+    if not folder.is_dir() or any(folder.glob("modeling_*.py")):
+        return None
+    import transformers
+
+    defined_in = getattr(transformers, class_name).__module__  # what transformers really builds, not a name match
+    package, _, modeling = defined_in.removeprefix("transformers.models.").partition(".")
+    return package if modeling.startswith("modeling_") and package != module_name else None
+
+
 def configuration_path(module_name: str, config_class: str) -> Path | None:
     folder = site_packages() / "transformers" / "models" / module_name
     for path in sorted(folder.glob("configuration_*.py")):

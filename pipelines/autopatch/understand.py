@@ -32,6 +32,7 @@ from pipelines.autopatch.resolve import module_name
 from pipelines.autopatch.resolve import resolve
 from pipelines.autopatch.source import SourceFile
 from pipelines.autopatch.source import called_names
+from pipelines.autopatch.source import class_home
 from pipelines.autopatch.source import configuration_path
 from pipelines.autopatch.source import dotted_name
 from pipelines.autopatch.source import load
@@ -147,6 +148,10 @@ def _norm_assignments(src: SourceFile, class_name: str | None) -> dict[str, tupl
 
 
 def read_facts(ref: ModelRef) -> Facts:
+    """The facts of the CausalLM's source; a model_type with no modeling file of its own is read from the folder that
+    defines its class (exaone: llama/), and `facts.ref.module_name` says which."""
+    home = class_home(ref.module_name, ref.causal_lm_class)
+    ref = replace(ref, module_name=home) if home else ref
     src = load(modeling_path(ref.module_name, ref.causal_lm_class))
     facts = Facts(ref, src)
     _read_head(facts)
@@ -1393,16 +1398,26 @@ def registry_keys(ref: ModelRef, config_src: SourceFile | None) -> tuple[str, ..
     return tuple(dict.fromkeys(k for k in keys if k))
 
 
+def owner_model_type(home: str, causal_lm_class: str) -> str:
+    """The model_type transformers maps to `causal_lm_class` from the folder that defines it (LlamaForCausalLM in
+    llama/: "llama"), the key of that model's entry in Liger's registry."""
+    maps = mappings()
+    owners = [m for m, cls in maps.causal.items() if cls == causal_lm_class and module_name(m) == home]
+    return owners[0] if owners else home
+
+
 def understand(name: str) -> Profile:
     ref = resolve(name)
     facts = read_facts(ref)
+    home = facts.ref.module_name if facts.ref.module_name != ref.module_name else None  # exaone: llama
     own = own_config_class(facts.src, ref)
     if own != ref.config_class:
-        ref = facts.ref = replace(ref, config_class=own)
+        ref = replace(ref, config_class=own)
+        facts.ref = replace(facts.ref, config_class=own)
     config_path = configuration_path(ref.module_name, ref.config_class)
     config_src = load(config_path) if config_path else None
     package = f"transformers.models.{ref.module_name}"
-    module = importlib.import_module(f"{package}.{facts.src.path.stem}")
+    module = importlib.import_module(f"transformers.models.{facts.ref.module_name}.{facts.src.path.stem}")
     config_module = importlib.import_module(f"{package}.{config_path.stem}") if config_path else module
     built = build_tiny(ref, module, getattr(config_module, ref.config_class), facts)
 
@@ -1428,6 +1443,11 @@ def understand(name: str) -> Profile:
     keys = registry_keys(ref, config_src)
     named = liger_name(ref.model_type)
     ident = replace(identity(facts, built), model_type=named, registry_keys=() if keys == (named,) else keys)
+    if home:  # the registry entry reuses the apply function of the model that owns the class (act.alias)
+        owner = owner_model_type(home, ref.causal_lm_class)
+        shipped = mappings().display.get(ref.model_type)  # else the class prefix would name the owner (Llama)
+        display = shipped or ref.config_class.removesuffix("Config")
+        ident = replace(ident, alias_of=owner, config_module=config_module.__name__, display_name=display)
     return Profile(ident, decisions, {"logits_transform": decide_logits_transform(facts)})
 
 

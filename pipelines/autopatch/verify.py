@@ -29,6 +29,7 @@ from typing import Protocol
 
 from pipelines import changeset
 from pipelines.autopatch import act
+from pipelines.autopatch import supported
 from pipelines.autopatch.profile import Profile
 from pipelines.outcome import GateResult
 from pipelines.outcome import GateStatus
@@ -83,8 +84,15 @@ def _result(name: str, proc: CommandResult, passed: str, lines: int = 15) -> Gat
     )
 
 
+def apply_function(profile: Profile, root: Path) -> str:
+    """The function the patched registry maps this model_type to: its own, or (an alias) its owner's."""
+    if not profile.identity.alias_of:
+        return f"apply_liger_kernel_to_{profile.model_type}"
+    return supported.supported_models(root / act.MONKEY_PATCH)[profile.registry_keys[0]]
+
+
 def gate_import(profile: Profile, root: Path, runner: Runner) -> GateResult:
-    fn = f"apply_liger_kernel_to_{profile.model_type}"
+    fn = apply_function(profile, root)
     proc = runner.run([sys.executable, "-c", f"from liger_kernel.transformers import {fn}"], root, target_env(), 300)
     return _result("Import", proc, f"from liger_kernel.transformers import {fn}")
 
@@ -139,7 +147,7 @@ except Exception as exc:
     print(json.dumps({"reference_failed": f"{type(exc).__name__}: {exc}"}))
     sys.exit(0)
 from liger_kernel.transformers import monkey_patch
-apply_fn = getattr(monkey_patch, "apply_liger_kernel_to_" + spec["model_type"])
+apply_fn = getattr(monkey_patch, spec["apply_function"])
 wanted = {"rope": True, "fused_linear_cross_entropy": True, "cross_entropy": False, "rms_norm": False,
           "layer_norm": False, "swiglu": False, "geglu": False, "relu_squared": False}
 params = inspect.signature(apply_fn).parameters
@@ -187,6 +195,7 @@ def gate_cpu_numerics(profile: Profile, root: Path, runner: Runner) -> GateResul
         after["final_logit_softcapping"] = None
     spec = {
         "model_type": profile.model_type,
+        "apply_function": apply_function(profile, root),
         "config_module": the_plan.config_module,
         "config_class": profile.identity.config_class,
         "modeling_module": profile.identity.modeling_module,
@@ -271,9 +280,15 @@ WIDTH_FIELDS += ("rotary_dim",)  # a partial rotary width within head_dim
 CPU_ROUTED_EXPERTS = 8
 
 
+# An entry this narrow is CPU-sized as written (mini_deepseek_v3's hidden 32, its MLA ranks 8: divided, its heads
+# are 1 wide and the unpatched model itself fails); the copies of such an entry (an alias's) run unshrunk.
+CPU_SIZED_HIDDEN = 256
+
+
 def cpu_config(config: dict, sparse_router: bool = True) -> dict:
     """The entry at CPU widths; with `sparse_router`, CPU_ROUTED_EXPERTS experts behind its router."""
-    shrunk = {k: v // CPU_WIDTH_DIVISOR if k in WIDTH_FIELDS and isinstance(v, int) else v for k, v in config.items()}
+    divisor = 1 if config.get("hidden_size", config.get("d_model", 0)) <= CPU_SIZED_HIDDEN else CPU_WIDTH_DIVISOR
+    shrunk = {k: v // divisor if k in WIDTH_FIELDS and isinstance(v, int) else v for k, v in config.items()}
     if not sparse_router:
         return shrunk
     return {k: CPU_ROUTED_EXPERTS if k in act.ROUTED_EXPERT_FIELDS else v for k, v in shrunk.items()}
@@ -284,6 +299,7 @@ def model_check_spec(profile: Profile, root: Path, device: str, flags: dict | No
     ident = profile.identity
     return {
         "model_type": profile.model_type,
+        "apply_function": apply_function(profile, root),
         "config_module": act.plan(profile).config_module,
         "config_class": entry.config_class,
         "modeling_module": ident.modeling_module,

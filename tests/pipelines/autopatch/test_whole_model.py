@@ -91,3 +91,10 @@ def test_experts_routed_to_the_wrong_expert_diverge_on_the_cpu_s_sparse_router(t
     wrong = verify.gate_whole_model(profile, checkout.root, CPU)
     assert wrong.status is GateStatus.FAIL and wrong.hard
     assert "class: DIVERGES" in wrong.detail and "instance: DIVERGES" in wrong.detail
+
+
+def test_an_entry_already_cpu_sized_runs_as_written_on_the_cpu():
+    # mini_deepseek_v3 (hidden 32, MLA ranks 8), copied for an alias: divided by 8 its heads would be 1 wide
+    narrow = {"hidden_size": 32, "kv_lora_rank": 8, "qk_rope_head_dim": 8}
+    assert verify.cpu_config(narrow, sparse_router=False) == narrow
+    assert verify.cpu_config({"hidden_size": 1024}, sparse_router=False) == {"hidden_size": 128}

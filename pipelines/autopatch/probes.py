@@ -430,6 +430,8 @@ def serves_weightless_experts(module: torch.nn.Module, hidden_size: int, tokens:
     rows (an identity or other zero-computation expert). LigerExperts indexes its weights by the router's index,
     so it cannot serve such an expert. A module that rejects the index, or drops it (a zero output: the padding
     index of expert parallelism), has none."""
+    import inspect
+
     down = getattr(module, "down_proj", None)
     if not isinstance(down, torch.Tensor) or down.dim() != 3:
         return False
@@ -438,9 +440,12 @@ def serves_weightless_experts(module: torch.nn.Module, hidden_size: int, tokens:
     # top-2, both picks the same index: a top-1 index of shape [tokens, 1] is squeezed away by some forwards
     index = torch.full((tokens, 2), down.shape[0], dtype=torch.long, device=param.device)
     weights = torch.full((tokens, 2), 0.5, dtype=param.dtype, device=param.device)
+    # the modeling file's own forward: transformers' grouped / batched kernels (`use_experts_implementation`, chosen
+    # when a model is built) gather weight rows by index unchecked, so an index past them returns garbage there
+    forward = inspect.unwrap(type(module).forward)
     try:
         with torch.no_grad():
-            out = module(x, index, weights)
+            out = forward(module, x, index, weights)
     except Exception:  # one_hot past num_classes, an index error: the index is no expert
         return False
     return isinstance(out, torch.Tensor) and bool(out.abs().sum() > 0)

@@ -195,9 +195,20 @@ def _mixtral_experts():
     return MixtralExperts(MixtralConfig(hidden_size=32, intermediate_size=16, num_local_experts=4))
 
 
+def _built_mixtral_experts():
+    """Experts inside a built model: transformers picks its grouped_mm forward, which gathers rows unchecked."""
+    from transformers.models.mixtral.configuration_mixtral import MixtralConfig
+    from transformers.models.mixtral.modeling_mixtral import MixtralForCausalLM
+
+    sizes = {"hidden_size": 32, "intermediate_size": 16, "num_local_experts": 4, "num_hidden_layers": 1}
+    config = MixtralConfig(**sizes, num_attention_heads=4, num_key_value_heads=2, vocab_size=64)
+    return MixtralForCausalLM(config).model.layers[0].mlp.experts
+
+
 def test_experts_serving_an_index_past_their_weights_are_found():
     # LigerExperts would read gate_up_proj / down_proj rows the identity experts do not have
     assert probes.serves_weightless_experts(_longcat_experts(zero_experts=2), 32)
     assert not probes.serves_weightless_experts(_longcat_experts(zero_experts=0), 32)  # the index is dropped
-    assert not probes.serves_weightless_experts(_mixtral_experts(), 32)  # one_hot rejects it
+    assert not probes.serves_weightless_experts(_mixtral_experts(), 32)  # its padding index: dropped
+    assert not probes.serves_weightless_experts(_built_mixtral_experts(), 32)  # judged by the modeling file's forward
     assert not probes.serves_weightless_experts(_llama4_experts("silu"), 32)  # pre-routed: the call fails

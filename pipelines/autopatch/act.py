@@ -670,18 +670,28 @@ def _swaps_at_class_level(profile: Profile, class_name: str) -> bool:
     return params <= {"config", "intermediate_size"}
 
 
+# experts conventions LigerExperts cannot serve (probes.experts_convention / serves_weightless_experts): why
+EXPERTS_LEFT_TO_HF = {
+    "pre_routed": "it takes pre-routed rows, LigerExperts takes (x, top_k_index, top_k_weights)",
+    "weightless_experts": "its router also picks experts past its weights (zero-computation experts, which return "
+    "their input scaled by the routing weight), and LigerExperts computes every picked expert from gate_up_proj / "
+    "down_proj rows",
+}
+
+
 def _moe_mlp(profile: Profile, notes: list[str]) -> Mlp | None:
     """Experts -> LigerExperts; the dense layers' MLP and the shared experts -> MOE_DENSE_MLP (the probe
     proved SwiGLU for both), on instances per layer: a layer with experts is a MoE block, one without is dense."""
     ident, modeling = profile.identity, profile.identity.modeling_module.rsplit(".", 1)[1]
     mlp, layer_mlp, experts = f"decoder_layer.{ident.mlp_attr}", f"layer.{ident.mlp_attr}", ident.experts_attr
     has_experts, layer_has_experts = f'hasattr({mlp}, "{experts}")', f'hasattr({layer_mlp}, "{experts}")'
-    routed = ident.experts_convention != "pre_routed"
+    left_out = EXPERTS_LEFT_TO_HF.get(ident.experts_convention)
+    routed = left_out is None
     classes = [f"{modeling}.{ident.experts_class} = LigerExperts"] if routed else []
     if not routed:
         notes.append(
-            f"{ident.experts_class} is left to HF: it takes pre-routed rows, LigerExperts takes "
-            "(x, top_k_index, top_k_weights); the shared expert and the dense layers get LigerSwiGLUMLP."
+            f"{ident.experts_class} is left to HF: {left_out}; the shared expert and the dense layers get "
+            "LigerSwiGLUMLP."
         )
     if ident.mlp_class and _swaps_at_class_level(profile, ident.mlp_class):
         classes.append(f"{modeling}.{ident.mlp_class} = {MOE_DENSE_MLP}")
@@ -702,7 +712,7 @@ def _moe_mlp(profile: Profile, notes: list[str]) -> Mlp | None:
         before, after = _getsource_checks(f"{layer_mlp}.{shared}", MOE_DENSE_MLP)
         checks.append((f"{none} or {before}", f"{none} or {after}"))
     if len(instance) == 1:
-        instance.append("    pass  # pre-routed experts stay HF's")
+        instance.append("    pass  # the experts stay HF's")
     if ident.mlp_class:
         instance += ["else:", f"    _patch_swiglu_module({mlp}, {MOE_DENSE_MLP})"]
         before, after = _getsource_checks(layer_mlp, MOE_DENSE_MLP)

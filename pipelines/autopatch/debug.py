@@ -36,7 +36,9 @@ class Diagnosis:
     def first_diverging(self) -> dict | None:
         return self.data.get("first_diverging")
 
-    def summary(self) -> str:
+    def summary(self, separator: str = "\n") -> str:
+        """One finding a line; a table cell (which folds line breaks into spaces) takes "; " instead: folded, "diverges
+        with X=False: matches" read as X's removal failing to help (Whisper's FLCE culprit, eighth session)."""
         whole = self.data.get("whole_model", {})
         lines = [f"whole model (fp32, class-level patch): {'matches' if whole.get('ok') else 'diverges'}"]
         if "error" in whole:
@@ -51,7 +53,7 @@ class Diagnosis:
             lines.append(
                 f"no swapped module differs from its HF original ({len(self.data.get('modules', []))} compared)"
             )
-        return "\n".join(lines)
+        return separator.join(lines)
 
     def to_json(self) -> dict:
         return {"culprits": self.culprits, **self.data}
@@ -81,5 +83,5 @@ def diagnose(profile: Profile, root: Path, runner: verify.Runner) -> Diagnosis |
 
 def diagnosis_gate(profile: Profile, root: Path, runner: verify.Runner) -> GateResult:
     found = diagnose(profile, root, runner)
-    text = found if isinstance(found, str) else found.summary()
+    text = found if isinstance(found, str) else found.summary(separator="; ")
     return GateResult(DIAGNOSIS, GateStatus.FAIL, text, hard=False)

@@ -408,6 +408,8 @@ def experts_reference(x, gate_up, down, top_k_index, top_k_weights, act: Callabl
 
 ROUTED = "routed"  # forward(hidden_states, top_k_index, top_k_weights): LigerExperts' convention
 PRE_ROUTED = "pre_routed"  # forward(hidden_states): rows already grouped per expert and scaled (Llama 4)
+# routed, but an index past the experts with weights still computes (LongCat-Flash's zero-computation experts)
+WEIGHTLESS_EXPERTS = "weightless_experts"
 
 
 def experts_convention(module: torch.nn.Module) -> str | None:
@@ -421,6 +423,32 @@ def experts_convention(module: torch.nn.Module) -> str | None:
     if len(positional) == 1:
         return PRE_ROUTED
     return None
+
+
+def serves_weightless_experts(module: torch.nn.Module, hidden_size: int, tokens: int = 4) -> bool:
+    """Whether routed experts still give an output when every token goes to the first index past their down_proj
+    rows (an identity or other zero-computation expert). LigerExperts indexes its weights by the router's index,
+    so it cannot serve such an expert. A module that rejects the index, or drops it (a zero output: the padding
+    index of expert parallelism), has none."""
+    import inspect
+
+    down = getattr(module, "down_proj", None)
+    if not isinstance(down, torch.Tensor) or down.dim() != 3:
+        return False
+    param = next(module.parameters())
+    x = torch.randn(tokens, hidden_size, generator=torch.Generator().manual_seed(0)).to(param)  # the global RNG kept
+    # top-2, both picks the same index: a top-1 index of shape [tokens, 1] is squeezed away by some forwards
+    index = torch.full((tokens, 2), down.shape[0], dtype=torch.long, device=param.device)
+    weights = torch.full((tokens, 2), 0.5, dtype=param.dtype, device=param.device)
+    # the modeling file's own forward: transformers' grouped / batched kernels (`use_experts_implementation`, chosen
+    # when a model is built) gather weight rows by index unchecked, so an index past them returns garbage there
+    forward = inspect.unwrap(type(module).forward)
+    try:
+        with torch.no_grad():
+            out = forward(module, x, index, weights)
+    except Exception:  # one_hot past num_classes, an index error: the index is no expert
+        return False
+    return isinstance(out, torch.Tensor) and bool(out.abs().sum() > 0)
 
 
 def pre_routed_reference(x, gate_up, down, num_experts: int, act: Callable):

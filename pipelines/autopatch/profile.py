@@ -120,7 +120,8 @@ class Identity:
     experts_class: str | None = None  # MoE: the fused experts class (transformers v5)
     experts_attr: str | None = None  # MoE: path from the MoE block to the experts, e.g. "experts"
     # MoE: how the block calls its experts: "routed" (x, top_k_index, top_k_weights), LigerExperts' convention, or
-    # "pre_routed" (one tensor of rows already grouped per expert, Llama 4), which LigerExperts cannot replace
+    # "pre_routed" (one tensor of rows already grouped per expert, Llama 4) or "weightless_experts" (routed, with
+    # zero-computation experts past the weights, LongCat-Flash), which LigerExperts cannot replace
     experts_convention: str | None = None
     shared_mlp_attr: str | None = None  # MoE: the block's always-on MLP beside the experts, e.g. "shared_experts"
     shared_mlp_class: str | None = None

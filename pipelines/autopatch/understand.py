@@ -1275,7 +1275,12 @@ def _rotary_calls_in_another_layout(facts: Facts) -> ast.Call | None:
 
 def _experts_convention(facts: Facts, built: probes.TinyModel) -> str | None:
     experts = built.experts(facts)
-    return probes.experts_convention(experts) if experts is not None else None
+    if experts is None:
+        return None
+    convention = probes.experts_convention(experts)
+    if convention == probes.ROUTED and probes.serves_weightless_experts(experts, built.config.hidden_size):
+        return probes.WEIGHTLESS_EXPERTS
+    return convention
 
 
 def _nothing_reproduces(result: probes.ProbeResult) -> bool:

@@ -246,3 +246,14 @@ def _plan_of(family: str):
     identity = types.SimpleNamespace(derived_from=())
     profile = types.SimpleNamespace(identity=identity)
     return types.SimpleNamespace(profile=profile, moe=family == "moe", tolerance_family=family)
+
+
+def test_weightless_experts_are_left_to_hf_and_the_pr_says_why():
+    from dataclasses import replace
+
+    profile = hand_profile("qwen3_moe")
+    weightless = replace(profile, identity=replace(profile.identity, experts_convention="weightless_experts"))
+    mlp, notes = act.plan(weightless).mlp, act.plan(weightless).notes
+    assert "LigerExperts" not in mlp.class_statement + mlp.instance_statement
+    assert any("Qwen3MoeExperts is left to HF" in n and "zero-computation experts" in n for n in notes), notes
+    assert "LigerExperts" in act.plan(profile).mlp.class_statement  # routed experts keep it

@@ -368,7 +368,12 @@ def test_a_head_not_named_lm_head_is_read_from_get_output_embeddings_and_reaches
     ast.parse(forward)
 
 
-def test_a_plain_loss_on_unshifted_labels_hands_them_over_as_shift_labels():
+@pytest.fixture(scope="module")
+def trocr():
+    return understand("trocr")
+
+
+def test_a_plain_loss_on_unshifted_labels_hands_them_over_as_shift_labels(trocr):
     from pipelines.autopatch.resolve import resolve
     from pipelines.autopatch.understand import decide_logits_transform
     from pipelines.autopatch.understand import read_facts
@@ -376,7 +381,7 @@ def test_a_plain_loss_on_unshifted_labels_hands_them_over_as_shift_labels():
     decision = decide_logits_transform(read_facts(resolve("trocr")))  # CrossEntropyLoss, labels not shifted
     assert decision.status is Status.SETTLED and decision.value == [{"unshifted_labels": True}]
     assert "loss_fct(logits.view(-1, self.config.vocab_size), labels.view(-1))" in decision.evidence[-1].snippet
-    forward = act.render_lce_forward(act.plan(understand("trocr")))
+    forward = act.render_lce_forward(act.plan(trocr))
     assert "shift_labels, labels = labels, None" in forward and 'kwargs.pop("num_items_in_batch", None)' in forward
     ast.parse(forward)
 
@@ -445,3 +450,42 @@ def test_a_norm_that_some_layers_replace_by_another_module_is_patched_where_it_h
     assert 'if getattr(getattr(decoder_layer, "attn_norm", None), "weight", None) is not None:' in patch
     test = act.render_instance_test(plan)
     assert 'getattr(getattr(layer, "attn_norm", None), "weight", None) is None or' in test
+
+
+# The rendered forward bound to a tiny TrOCR decoder beside HF's own, in training mode (FLCE through its reference)
+UNSHIFTED_LOSS = r"""
+import json, sys, types, torch
+from pipelines.autopatch import kernel_references
+from transformers import TrOCRConfig, TrOCRForCausalLM
+
+kernel_references.install(use_references=True)
+forward = types.ModuleType("generated_forward")
+exec(sys.stdin.read(), forward.__dict__)
+torch.manual_seed(0)
+config = TrOCRConfig(
+    vocab_size=64, d_model=32, decoder_layers=2, decoder_attention_heads=4, decoder_ffn_dim=64, dropout=0.0,
+    attention_dropout=0.0, activation_dropout=0.0, decoder_layerdrop=0.0,
+)
+model = TrOCRForCausalLM(config).train()
+ids = torch.randint(0, 64, (2, 8))
+batch = {"input_ids": ids, "labels": ids, "shift_labels": torch.roll(ids, -1, 1), "num_items_in_batch": 3}
+expected = model(**batch).loss
+got = forward.lce_forward(model, **batch).loss
+print(json.dumps({"expected": float(expected), "got": float(got)}))
+"""
+
+
+def test_an_unshifted_loss_ignores_the_callers_shift_labels_as_hf_does(trocr, liger_template):
+    # HF's TrOCR forward swallows shift_labels and num_items_in_batch in **kwargs: its loss is on labels alone.
+    # Taken as the labels, a collator's shift_labels (Liger's convergence batches) made Whisper and TrOCR diverge.
+    import json
+    import subprocess
+    import sys
+
+    source = act.render_lce_forward(act.plan(trocr))
+    env = {"PYTHONPATH": f"{liger_template / 'src'}:{sys.path[0]}", "TRITON_INTERPRET": "1", "PATH": "/usr/bin"}
+    argv = [sys.executable, "-c", UNSHIFTED_LOSS]
+    proc = subprocess.run(argv, input=source, env=env, capture_output=True, text=True, timeout=300)
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    found = json.loads(proc.stdout.strip().splitlines()[-1])
+    assert abs(found["expected"] - found["got"]) < 1e-5, found

@@ -48,3 +48,16 @@ def test_cli_names_a_wrong_casting_mode(liger_checkout, liger_bot_exe):
         for row in found["modules"]
         if row["module"] != first["module"] and "norm" not in row["module"]
     )
+
+
+def test_the_gate_row_keeps_each_flag_with_its_verdict():
+    # a table cell folds line breaks into spaces: "diverges with X=False: matches" read as X's removal not helping
+    data = {
+        "whole_model": {"ok": False},
+        "flags": [{"off": "fused_linear_cross_entropy", "ok": True}, {"off": "layer_norm", "ok": False}],
+        "modules": [{}] * 9,
+    }
+    row = debug.Diagnosis(data).summary(separator="; ")
+    assert row.startswith("whole model (fp32, class-level patch): diverges; with fused_linear_cross_entropy=False: ")
+    assert "fused_linear_cross_entropy=False: matches; with layer_norm=False: still diverges;" in row
+    assert debug.Diagnosis(data).culprits == ["fused_linear_cross_entropy"]

@@ -171,3 +171,44 @@ def test_in_place_backward_corrupts_the_residual_when_the_norm_output_is_added()
     assert result.value is False and result.matched == ["norm"]
     moved = result.residuals["all norms in place"]
     assert moved["differing"] > 0 and moved["max_relative"] > 1e-2
+
+
+def _longcat_experts(zero_experts: int):
+    """LongCat-Flash's experts: n_routed_experts with weights, then zero_expert_num identity experts."""
+    from transformers.models.longcat_flash.configuration_longcat_flash import LongcatFlashConfig
+    from transformers.models.longcat_flash.modeling_longcat_flash import LongcatFlashExperts
+
+    config = LongcatFlashConfig(
+        hidden_size=32, expert_ffn_hidden_size=16, n_routed_experts=4, zero_expert_num=zero_experts
+    )
+    experts = LongcatFlashExperts(config)
+    with torch.no_grad():
+        for param in experts.parameters():
+            param.normal_()
+    return experts
+
+
+def _mixtral_experts():
+    from transformers.models.mixtral.configuration_mixtral import MixtralConfig
+    from transformers.models.mixtral.modeling_mixtral import MixtralExperts
+
+    return MixtralExperts(MixtralConfig(hidden_size=32, intermediate_size=16, num_local_experts=4))
+
+
+def _built_mixtral_experts():
+    """Experts inside a built model: transformers picks its grouped_mm forward, which gathers rows unchecked."""
+    from transformers.models.mixtral.configuration_mixtral import MixtralConfig
+    from transformers.models.mixtral.modeling_mixtral import MixtralForCausalLM
+
+    sizes = {"hidden_size": 32, "intermediate_size": 16, "num_local_experts": 4, "num_hidden_layers": 1}
+    config = MixtralConfig(**sizes, num_attention_heads=4, num_key_value_heads=2, vocab_size=64)
+    return MixtralForCausalLM(config).model.layers[0].mlp.experts
+
+
+def test_experts_serving_an_index_past_their_weights_are_found():
+    # LigerExperts would read gate_up_proj / down_proj rows the identity experts do not have
+    assert probes.serves_weightless_experts(_longcat_experts(zero_experts=2), 32)
+    assert not probes.serves_weightless_experts(_longcat_experts(zero_experts=0), 32)  # the index is dropped
+    assert not probes.serves_weightless_experts(_mixtral_experts(), 32)  # its padding index: dropped
+    assert not probes.serves_weightless_experts(_built_mixtral_experts(), 32)  # judged by the modeling file's forward
+    assert not probes.serves_weightless_experts(_llama4_experts("silu"), 32)  # pre-routed: the call fails

@@ -311,27 +311,66 @@ def main(argv: list[str] | None = None) -> int:
 # ---- the timing child ----
 
 
-def _sizes(tree: Path, width: int) -> tuple[list[int], str]:
-    """Liger's benchmark sweep: total tokens 2^10 .. the largest power of two whose probe fits 40% of memory
-    (the script's compute_seq_len_sweep_config, run with its own probe rule); else 2^10 .. 2^15."""
+def checkout_metadata(tree: Path, folder: Path) -> None:
+    """Makes `importlib.metadata.version("liger-kernel")` answer for a checkout whose src is on the path, not
+    installed: Liger's benchmark/scripts/utils.py reads it at import (PackageNotFoundError on the GPU host). A
+    dist-info of the checkout's own name and version goes into folder, put on sys.path; nothing if one is found."""
+    import importlib.metadata
+
+    try:
+        importlib.metadata.version("liger-kernel")
+        return
+    except importlib.metadata.PackageNotFoundError:
+        pass
+    import tomllib
+
+    project = tomllib.loads((tree / "pyproject.toml").read_text())["project"]
+    info = folder / f"{project['name']}-{project['version']}.dist-info"
+    info.mkdir(parents=True, exist_ok=True)
+    (info / "METADATA").write_text(f"Metadata-Version: 2.1\nName: {project['name']}\nVersion: {project['version']}\n")
+    sys.path.insert(0, str(folder))
+    importlib.invalidate_caches()
+
+
+def liger_sweep_configs(tree: Path, metadata_folder: Path):
+    """Liger's benchmark/scripts/benchmark_model_configs, imported as its scripts import it (their folder and the
+    checkout's src on the path)."""
+    import importlib
+
+    checkout_metadata(tree, metadata_folder)
+    for folder in (tree / "src", tree / "benchmark/scripts"):
+        if str(folder) not in sys.path:
+            sys.path.insert(0, str(folder))
+    return importlib.import_module("benchmark_model_configs")
+
+
+def sweep_tokens(configs, probe) -> list[int]:
+    """The token sizes of Liger's build_token_length_sweep for a "T" sweep at batch 1 (its rms_norm / swiglu /
+    geglu ... scripts): 2^10 .. the seq_len compute_seq_len_sweep_config finds for the default model (its context,
+    or what 40% of device memory holds by the probe's peak)."""
     import math
+
+    model = configs.get_benchmark_model_config(None)
+    config = configs.compute_seq_len_sweep_config(model, probe_fn=probe, probe_seq_len=1024)
+    return [2**i for i in range(10, int(math.log2(config.seq_len)) + 1)]
+
+
+def _sizes(tree: Path, width: int) -> tuple[list[int], str]:
+    """Liger's benchmark sweep (sweep_tokens), with a bf16 probe of the op's footprint at 1024 tokens; else 2^10 ..
+    2^13, said in the table."""
+    import tempfile
 
     import torch
 
     try:
-        sys.path.insert(0, str(tree / "benchmark/scripts"))
-        from benchmark_model_configs import compute_seq_len_sweep_config
-        from benchmark_model_configs import get_benchmark_model_config
-
-        model = get_benchmark_model_config(None)
+        configs = liger_sweep_configs(tree, Path(tempfile.mkdtemp(prefix="liger-metadata-")))
 
         def probe():
             x = torch.randn(1024, width, device="cuda", dtype=torch.bfloat16, requires_grad=True)
             return torch.nn.functional.silu(x) * x  # a stand-in of the op's footprint: inputs, output, a temporary
 
-        config = compute_seq_len_sweep_config(model, probe_fn=probe, probe_seq_len=1024)
-        top = config.seq_len * config.batch_size
-        return [2**i for i in range(10, int(math.log2(top)) + 1)], f"Liger's sweep rule, up to {top} tokens"
+        tokens = sweep_tokens(configs, probe)
+        return tokens, f"Liger's sweep rule (benchmark_model_configs), up to {tokens[-1]} tokens"
     except Exception as exc:  # noqa: BLE001
         return [2**i for i in range(10, 14)], f"fixed 2^10..2^13 (the sweep rule failed: {type(exc).__name__}: {exc})"
 

@@ -2,7 +2,14 @@
 
 from __future__ import annotations
 
+import os
+import subprocess
+import sys
+from pathlib import Path
+
 from benchmarks import kernel_leave_one_out_gpu as gpu
+
+ROOT = Path(__file__).resolve().parents[2]
 
 
 def _side(method: dict) -> dict:
@@ -19,3 +26,42 @@ def test_the_timing_table_shows_each_side_s_method_per_pass():
     assert rows["backward"].endswith("| cudagraph / events / cudagraph / - |")
     assert rows["forward"].endswith("| cudagraph / cudagraph / cudagraph / - |")
     assert rows["peak_mb"].endswith("|  |")  # memory is measured, not timed
+
+
+# a fresh process: Liger's scripts import a top-level `utils` and read liger-kernel's installed version at import
+_SWEEP = """
+import importlib.metadata, sys
+from pathlib import Path
+from benchmarks import kernel_leave_one_out_gpu as gpu
+tree, folder = Path(sys.argv[1]), Path(sys.argv[2])
+try:
+    importlib.metadata.version("liger-kernel")
+    raise SystemExit("liger-kernel is installed here: the test would not see the checkout's import")
+except importlib.metadata.PackageNotFoundError:
+    pass
+configs = gpu.liger_sweep_configs(tree, folder)
+assert configs.__file__ == str(tree / "benchmark/scripts/benchmark_model_configs.py"), configs.__file__
+print("version", importlib.metadata.version("liger-kernel"))
+gib = 1024**3
+configs.get_total_gpu_memory = lambda: 139  # an H200 (the CUDA part of Liger's rule), the probe's peak measured
+for peak in (64 * 1024**2, 10 * gib):
+    configs.estimate_kernel_peak_memory = lambda probe_fn, peak=peak: peak
+    print("tokens", peak // 1024**2, gpu.sweep_tokens(configs, probe=None))
+"""
+
+
+def test_liger_s_sweep_rule_imports_from_a_checkout_not_installed_and_gives_its_sizes(liger_checkout, tmp_path):
+    proc = subprocess.run(
+        [sys.executable, "-c", _SWEEP, str(liger_checkout.root), str(tmp_path / "metadata")],
+        capture_output=True,
+        text=True,
+        env={**os.environ, "PYTHONPATH": str(ROOT), "CUDA_VISIBLE_DEVICES": ""},
+        timeout=120,
+    )
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    lines = proc.stdout.splitlines()
+    assert "version 0.8.5" in lines
+    # the model's context (llama_3_8b: 8192) caps a small footprint; at 10 GiB per 1024 tokens, 40% of 139 GiB holds
+    # 5693 tokens, snapped down to 4096
+    assert "tokens 64 [1024, 2048, 4096, 8192]" in lines
+    assert "tokens 10240 [1024, 2048, 4096]" in lines

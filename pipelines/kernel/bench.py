@@ -3,8 +3,9 @@
 forward, backward and full (forward + backward) are each timed by `timed_modes`: replayed from a CUDA graph where
 capture works (pipelines/graph_timing, the perf pipeline's timer; backward is full minus forward), else per call on
 fresh leaf inputs, the method recorded per point (JSON: each provider's "method"; the table's timing column) and
-modes under the launch floor listed as not judged; peak memory is the full pass's `max_memory_allocated`.
-benchmarks/kernel_leave_one_out_gpu.py times its sides with it too.
+modes under the launch floor listed as not judged; peak memory is the full pass's `max_memory_allocated`, with dy
+handed over as a model's next layer hands it (HandedOver). benchmarks/kernel_leave_one_out_gpu.py times its sides
+with it too.
 Bandwidth is the bytes a pass must move (read x, write y; read x and dy, write dx) over its time, against a
 measured device-to-device copy. Writes benchmark.json, benchmark.md and benchmark.png into --out.
 
@@ -166,10 +167,37 @@ def timed_modes(
     if cuda:  # the full pass's peak, its inputs counted once (the templates and the flush buffer left out)
         flush.clear()
         templates_mb = sum(x.numel() * x.element_size() for x in templates) / 2**20
-        times["peak_mb"] = _peak_mb(lambda: [dy_template.clone(), fresh()], full) - templates_mb
+        times["peak_mb"] = _peak_mb(lambda: [dy_template.clone(), fresh()], handed_over(forward)) - templates_mb
     for p in params:
         p.grad = None
     return times, methods
+
+
+class HandedOver(torch.autograd.Function):
+    """y unchanged; its backward gives the dy held in `box` and lets go of it, so autograd alone holds dy, as when
+    the next layer's backward made it. A caller's `y.backward(dy)` keeps a reference torch counts, and the
+    generated kernels write dX into dY's storage only where nothing else holds it (their _can_overwrite: a residual
+    x + op(x) shares it); Liger's norms overwrite it either way. So peak memory is measured the way a model hands
+    dY over, not the way a caller's dy is kept."""
+
+    @staticmethod
+    def forward(ctx, y, box):
+        ctx.box = box
+        return y.view_as(y)
+
+    @staticmethod
+    def backward(ctx, _sum_grad):
+        return ctx.box.pop(), None
+
+
+def handed_over(forward):
+    """The full pass with dy handed over (HandedOver): state is [dy, inputs], dy held by the state only."""
+
+    def full(state):
+        y = forward(state.pop())
+        HandedOver.apply(y, [state.pop()]).sum().backward()
+
+    return full
 
 
 GRAPH_BACKWARD = "cudagraph"  # the difference of two graph-timed modes is graph-timed too

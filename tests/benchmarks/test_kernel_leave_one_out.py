@@ -50,3 +50,79 @@ def test_the_swiglu_case_gives_liger_s_dtype_bf16_out_for_bf16_in_with_multiplie
     argv = [sys.executable, "-c", _RUN, text, str(liger_checkout.root), case.name, str(tmp_path)]
     proc = subprocess.run(argv, capture_output=True, text=True, env=env, cwd=kloo.ROOT, timeout=300)
     assert proc.returncode == 0 and proc.stdout.strip().endswith("ok"), proc.stderr[-3000:]
+
+
+# dX into dY's storage (the H200's peak memory, RMSNorm 0.81x and SwiGLU 0.71x of Liger's, measured with the caller
+# holding dy): with dy handed over as a model's next layer hands it (bench.HandedOver), in_place=True writes the first
+# input's gradient into dy's buffer, in_place=False and a caller-held dy do not; every gradient against torch's
+_IN_PLACE = """
+import importlib.util, sys
+from pathlib import Path
+import torch
+from pipelines.kernel import act, bench, spec, understand
+text, root, name, tmp = sys.argv[1], Path(sys.argv[2]), sys.argv[3], Path(sys.argv[4])
+u = understand.understand(spec.resolve(text, root, name), root)
+(tmp / "gen_ops.py").write_text(act.render_files(u)[str(act.KernelFiles.of(name).ops)])
+loaded = importlib.util.spec_from_file_location("gen_ops", tmp / "gen_ops.py")
+gen_ops = importlib.util.module_from_spec(loaded)
+loaded.loader.exec_module(gen_ops)
+function = next(getattr(gen_ops, n) for n in dir(gen_ops) if n.endswith("Function"))
+torch.manual_seed(0)
+shape = (3, 5, 64)
+n_inputs = len(u.inputs)
+weights = [torch.randn(shape[-1]).requires_grad_(True) for _ in u.weights]
+def reference(xs, ws):
+    if n_inputs == 2:
+        return torch.nn.functional.silu(xs[0]) * xs[1]
+    x = xs[0]
+    return ws[0] * (x * torch.rsqrt(x.pow(2).mean(-1, keepdim=True) + 1e-6))
+def call(xs, ws, in_place):
+    extra = [1e-6] if ws else [1.0, 1.0]
+    return function.apply(*xs, *ws, *extra, *([0.0, "llama"] if ws else []), in_place)
+templates = [torch.randn(shape) for _ in range(n_inputs)]
+dy = torch.randn(shape)
+ref_xs = [t.clone().requires_grad_(True) for t in templates]
+ref_ws = [w.detach().clone().requires_grad_(True) for w in weights]
+reference(ref_xs, ref_ws).backward(dy)
+for mode in ("handed over, in place", "handed over, not in place", "caller-held, in place"):
+    xs = [t.clone().requires_grad_(True) for t in templates]
+    ws = [w.detach().clone().requires_grad_(True) for w in weights]
+    y = call(xs, ws, in_place=mode.endswith(", in place"))
+    given = dy.clone()
+    pointer = given.data_ptr()
+    if mode.startswith("handed over"):
+        box = [given]
+        del given
+        bench.HandedOver.apply(y, box).sum().backward()
+    else:
+        y.backward(given)
+        assert torch.equal(given, dy), "the caller's dy was overwritten"
+    for x, r in zip(xs + ws, ref_xs + ref_ws):
+        torch.testing.assert_close(x.grad, r.grad, atol=1e-4, rtol=1e-4)
+    print(mode, "shares dy:", xs[0].grad.data_ptr() == pointer)
+"""
+
+
+def _in_place_run(case_name: str, liger_checkout, tmp_path) -> list[str]:
+    case = next(c for c in kloo.CASES if c.name == case_name)
+    text = str(kloo.ROOT / case.spec) if case.spec.startswith("benchmarks/") else case.spec
+    path = [str(kloo.ROOT), str(liger_checkout.root / "src"), *sys.path]  # the row-wise ops import liger_kernel
+    env = {**os.environ, "TRITON_INTERPRET": "1", "PYTHONPATH": os.pathsep.join(path)}
+    argv = [sys.executable, "-c", _IN_PLACE, text, str(liger_checkout.root), case.name, str(tmp_path)]
+    proc = subprocess.run(argv, capture_output=True, text=True, env=env, cwd=kloo.ROOT, timeout=300)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    return proc.stdout.splitlines()
+
+
+_SHARED = ["handed over, in place shares dy: True", "handed over, not in place shares dy: False"]
+
+
+def test_generated_rms_norm_writes_dx_into_a_handed_over_dy_in_place_only(liger_checkout, tmp_path):
+    assert _in_place_run("loo_rms_norm_llama", liger_checkout, tmp_path) == [
+        *_SHARED,
+        "caller-held, in place shares dy: False",
+    ]
+
+
+def test_generated_swiglu_writes_da_into_a_handed_over_dy_in_place_only(liger_checkout, tmp_path):
+    assert _in_place_run("loo_swiglu", liger_checkout, tmp_path) == [*_SHARED, "caller-held, in place shares dy: False"]

@@ -90,7 +90,8 @@ TIMING_METHOD = (
     "~{rep} ms (do_bench's rule, at most 200 calls), every call on fresh leaf inputs and a fresh dy made untimed, "
     "backward the backward of a forward run untimed just before it. Each point's method is in its 'method' "
     "(cudagraph / events / wall); a point under {floor:g} us is launch latency, not judged. Peak MB: the full "
-    "pass's max_memory_allocated on fresh inputs, inputs counted once"
+    "pass's max_memory_allocated on fresh inputs, inputs counted once, dy handed over as a next layer's backward "
+    "hands it (held by autograd alone: what lets a kernel write dX into dY safely)"
 )
 MAX_CALLS = 200
 EVENTS = "events"  # per-call CUDA events, the host in the loop

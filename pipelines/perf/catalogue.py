@@ -770,13 +770,13 @@ CATALOGUE: tuple[Entry, ...] = (
     Entry(
         "looped_forward",
         "Looped forward: the wide row in 2048-column chunks",
-        "One program holds its whole row (BLOCK_SIZE = next_pow2(n): 16384 columns, 32 fp32 per vector per thread at "
-        "16 warps) in registers: layer_norm keeps X, X - mean, W and B live through two block reductions, more than "
-        "the 128 registers a thread may have at 16 warps, and a 16-warp program of ~128 registers fills the SM's "
-        "register file, so one row is in flight per SM and its loads, reductions and stores never overlap another "
-        "row's. Inductor's reduction at this width loops over the row in RBLOCK=2048 chunks on 8 warps (8 values a "
-        "thread, a 16-byte load of bf16). The looped copy does the same: one pass over the row per level of row "
-        "reductions (poly_norm's three sums in one pass, layer_norm's mean then variance), the re-reads from L2.",
+        "One program holds its whole row (BLOCK_SIZE = next_pow2(n) = 16384 columns at 16 warps) in registers: ptxas "
+        "(sm_90a) gives Liger's layer_norm / poly_norm forward 128 / 127 registers a thread there, no spills, so one "
+        "program fills the SM's 64K registers: one row in flight per SM (16 of 64 warp slots), whose load, block "
+        "reductions (two / three, each a barrier) and store never overlap another row's. Inductor's reduction at this "
+        "width loops over the row in RBLOCK=2048 chunks on 8 warps; the looped copy does the same (46-48 registers: "
+        "8 programs, 64 warps a SM): one pass over the row per level of row reductions (poly_norm's three sums in one "
+        "pass, layer_norm's mean then variance), the re-reads from L2.",
         "forward -(15-45)% at hidden >= 8192 (4096x16384: Liger 0.77x / 0.55x torch.compile for layer_norm / "
         "poly_norm); the narrower sizes keep the original kernel: no change there",
         looped_forward,

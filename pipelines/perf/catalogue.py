@@ -17,9 +17,11 @@ variant is the current best with one more rewrite, so its file says which earlie
 from __future__ import annotations
 
 import ast
+import copy
 import re
 from collections.abc import Callable
 from dataclasses import dataclass
+from dataclasses import field
 
 PROGRAMS_CONSTANT = "_PERF_PROGRAMS_PER_SM"
 LAUNCH_TABLE = "_PERF_LAUNCH"
@@ -37,6 +39,7 @@ class Entry:
     expected: str
     rewrite: Callable[[str, dict], str]
     params: dict
+    passes: tuple[str, ...] = ("backward",)  # the passes the rewrite changes: a variant for another target is not tried
 
 
 # --- editing by position -------------------------------------------------------------------------------------
@@ -165,6 +168,8 @@ def launch_table(text: str, params: dict) -> str:
         keywords = {k.arg: k for k in call.keywords if k.arg}
         if "num_warps" not in keywords or "BLOCK_SIZE" not in keywords:
             continue
+        if ast.unparse(keywords["num_warps"].value).startswith("_PERF_"):
+            continue  # a catalogue variant's launch (the looped forward): its settings are that variant's parameters
         statement = _statement_of(func, call)
         indent = _indent(edits.lines[statement.lineno - 1])
         pass_name = "backward" if "backward" in call.func.value.id else "forward"
@@ -416,7 +421,378 @@ def keep_rstd(text: str, params: dict) -> str:
     raise NotApplicable("the backward has no stored row statistic to load; recomputing it is the kernel's choice")
 
 
+# --- forwards: one row per program, the whole row's tile in registers ------------------------------------------
+
+LOOPED_CHUNK = "_PERF_LOOPED_CHUNK"
+LOOPED_WARPS = "_PERF_LOOPED_WARPS"
+LOOPED_FROM = "_PERF_LOOPED_FROM_BLOCK"
+REDUCTIONS = ("tl.sum",)  # a sum over chunks is the sum of the chunks' sums; a max or a min would need other algebra
+OTHER_REDUCTIONS = {
+    "max",
+    "min",
+    "argmax",
+    "argmin",
+    "reduce",
+    "cumsum",
+    "cumprod",
+    "prod",
+    "xor_sum",
+    "associative_scan",
+}
+
+
+def _names_read(node: ast.AST) -> set[str]:
+    read = {n.id for n in ast.walk(node) if isinstance(n, ast.Name) and isinstance(n.ctx, ast.Load)}
+    if isinstance(node, ast.AugAssign) and isinstance(node.target, ast.Name):
+        read.add(node.target.id)
+    return read
+
+
+def _names_set(node: ast.stmt) -> set[str]:
+    targets = node.targets if isinstance(node, ast.Assign) else [getattr(node, "target", None)]
+    return {n.id for t in targets if t is not None for n in ast.walk(t) if isinstance(n, ast.Name)}
+
+
+def _row_reductions(node: ast.AST) -> list[ast.Call]:
+    """The `tl.sum(v, axis=0)` calls of a statement (reductions over the row)."""
+    found = []
+    for call in ast.walk(node):
+        if isinstance(call, ast.Call) and ast.unparse(call.func) in REDUCTIONS and call.args:
+            axis = [k.value for k in call.keywords if k.arg == "axis"] or call.args[1:2]
+            if not axis or (isinstance(axis[0], ast.Constant) and axis[0].value in (0, -1)):
+                found.append(call)
+    return found
+
+
+@dataclass
+class RowStatement:
+    node: ast.stmt
+    vector: bool  # computes (or stores) a row vector: runs inside a loop over the row's chunks
+    level: int  # 0: before any reduction; L: needs the row reductions of level L (computed by pass L)
+    reductions: list = field(default_factory=list)  # its tl.sum calls (a scalar statement of its level)
+
+
+@dataclass
+class RowKernel:
+    """A forward kernel of one row per program, read as passes: each level of row reductions (a reduction of
+    level L reads only what reductions below L gave) is one pass over the row, then one pass stores the outputs."""
+
+    func: ast.FunctionDef
+    cols: ast.stmt  # `cols = tl.arange(0, BLOCK_SIZE)`
+    mask: ast.stmt  # `mask = cols < n_cols`
+    n_cols: str
+    block: str
+    statements: list[RowStatement]
+
+    @property
+    def levels(self) -> int:
+        return max(s.level for s in self.statements if s.reductions)
+
+
+def _row_kernel(func: ast.FunctionDef) -> RowKernel:
+    constexprs = {
+        a.arg for a in func.args.args if a.annotation is not None and "constexpr" in ast.unparse(a.annotation)
+    }
+    body = (
+        func.body[1:]
+        if isinstance(func.body[0], ast.Expr) and isinstance(func.body[0].value, ast.Constant)
+        else func.body
+    )
+    cols = next(
+        (
+            s
+            for s in body
+            if isinstance(s, ast.Assign)
+            and isinstance(s.value, ast.Call)
+            and ast.unparse(s.value.func) == "tl.arange"
+            and len(s.value.args) == 2
+            and ast.unparse(s.value.args[0]) == "0"
+            and ast.unparse(s.value.args[1]) in constexprs
+        ),
+        None,
+    )
+    if cols is None or len(_names_set(cols)) != 1:
+        raise NotApplicable(f"{func.name} has no `cols = tl.arange(0, BLOCK)` row tile")
+    col_name, block = next(iter(_names_set(cols))), ast.unparse(cols.value.args[1])
+    mask = next(
+        (
+            s
+            for s in body
+            if isinstance(s, ast.Assign)
+            and isinstance(s.value, ast.Compare)
+            and isinstance(s.value.ops[0], ast.Lt)
+            and ast.unparse(s.value.left) == col_name
+            and isinstance(s.value.comparators[0], ast.Name)
+        ),
+        None,
+    )
+    if mask is None:
+        raise NotApplicable(f"{func.name} masks no row with `mask = {col_name} < n_cols`")
+    n_cols = mask.value.comparators[0].id
+    vectors, levels, statements, set_by = {col_name}, {}, [], {}
+    for node in body:
+        if node in (cols, mask):
+            vectors |= _names_set(node)
+            continue
+        if not isinstance(node, ast.Assign | ast.AugAssign | ast.AnnAssign | ast.Expr):
+            kind = type(node).__name__.lower()
+            raise NotApplicable(
+                f"{func.name} has an `{kind}` at line {node.lineno}: only straight-line rows are looped"
+            )
+        reductions = _row_reductions(node)
+        other = _other_reductions(node, reductions)
+        if other:
+            raise NotApplicable(f"{func.name} reduces with {other} at line {node.lineno}: only tl.sum(v, axis=0) loops")
+        operands = set().union(*(_names_read(r.args[0]) for r in reductions)) if reductions else set()
+        if reductions and _outside_reductions(node, reductions) & vectors:
+            raise NotApplicable(f"line {node.lineno} mixes a row reduction with row vectors outside it")
+        if reductions and any(_row_reductions(r.args[0]) for r in reductions):
+            raise NotApplicable(f"line {node.lineno} nests one row reduction in another")
+        read = _names_read(node)
+        level = max([levels.get(n, 0) for n in read] + [0])
+        if reductions:
+            level = max(level, 1 + max([levels.get(n, 0) for n in operands] + [0]))
+        vector = not reductions and bool(read & vectors)
+        for name in _names_set(node):
+            if name in set_by and (vector or set_by[name] or level > 0):
+                raise NotApplicable(f"{name} is assigned twice in {func.name} (line {node.lineno})")
+            set_by[name] = vector or level > 0
+            levels[name] = level
+            if vector:
+                vectors.add(name)
+        statements.append(RowStatement(node, vector, level, reductions))
+    if not any(s.reductions for s in statements):
+        raise NotApplicable(f"{func.name} reduces nothing over the row (tl.sum)")
+    if not any(s.vector and isinstance(s.node, ast.Expr) for s in statements):
+        raise NotApplicable(f"{func.name} stores no row vector")
+    return RowKernel(func, cols, mask, n_cols, block, statements)
+
+
+def _other_reductions(node: ast.stmt, sums: list[ast.Call]) -> str:
+    """The first reduction call that is not one of the row sums (a chunk's max is not the row's): '' if none."""
+    for call in ast.walk(node):
+        if isinstance(call, ast.Call) and call not in sums:
+            name = ast.unparse(call.func)
+            if name.split(".")[-1] in OTHER_REDUCTIONS | {"sum"}:
+                return name
+    return ""
+
+
+def _outside_reductions(node: ast.stmt, reductions: list[ast.Call]) -> set[str]:
+    """The names a reduction statement reads outside its tl.sum calls."""
+    keys = {ast.unparse(r) for r in reductions}
+    return _names_read(_Accumulated(dict.fromkeys(keys, "row_reduced")).visit(copy.deepcopy(node)))
+
+
+def _forward_row_kernels(tree: ast.Module) -> dict[str, RowKernel]:
+    """Name -> RowKernel for every forward jit function launched one row per program; why not, when none fits."""
+    jit = _jit_names(tree)
+    launched = {call.func.value.id: call for _, call in _launches(tree)}
+    found, why = {}, []
+    for node in tree.body:
+        if not (isinstance(node, ast.FunctionDef) and node.name in jit and "backward" not in node.name):
+            continue
+        if node.name.endswith("_looped"):
+            continue
+        if node.name not in launched:
+            why.append(f"{node.name} is not launched here")
+            continue
+        try:
+            found[node.name] = _row_kernel(node)
+        except NotApplicable as exc:
+            why.append(str(exc))
+    if not found:
+        raise NotApplicable("; ".join(why) or "no forward kernel")
+    return found
+
+
+def _source_of(lines: list[str], node: ast.stmt, indent: str) -> str:
+    text = "".join(lines[node.lineno - 1 : node.end_lineno])
+    outer = _indent(lines[node.lineno - 1])
+    return "".join(indent + line[len(outer) :] if line.strip() else line for line in text.splitlines(True))
+
+
+class _Accumulated(ast.NodeTransformer):
+    """tl.sum(v, axis=0) -> tl.sum(acc_i, axis=0): the pass accumulated v chunk by chunk into acc_i."""
+
+    def __init__(self, names: dict[str, str]):
+        self.names = names  # the call's source -> its accumulator
+
+    def visit_Call(self, node):
+        name = self.names.get(ast.unparse(node))
+        if name is None:
+            return self.generic_visit(node)
+        load = ast.Load()
+        return ast.Call(
+            ast.Attribute(ast.Name("tl", load), "sum", load),
+            [ast.Name(name, load)],
+            [ast.keyword("axis", ast.Constant(0))],
+        )
+
+
+def _needed(kernel: RowKernel, wanted: list[ast.AST], before: int) -> list[RowStatement]:
+    """The vector statements (before line `before`) the wanted expressions read, directly or through others."""
+    names = set().union(*(_names_read(w) for w in wanted)) if wanted else set()
+    chosen = []
+    for statement in reversed([s for s in kernel.statements if s.vector and s.node.lineno < before]):
+        if _names_set(statement.node) & names:
+            chosen.append(statement)
+            names |= _names_read(statement.node)
+    return list(reversed(chosen))
+
+
+def _looped_body(kernel: RowKernel, lines: list[str]) -> str:
+    indent, inner = " " * 4, " " * 8
+    cols, mask = kernel.cols, kernel.mask
+    col_name = next(iter(_names_set(cols)))
+    chunk_head = (
+        f"{indent}for chunk_start in range(0, {kernel.n_cols}, {kernel.block}):\n"
+        f"{inner}{col_name} = chunk_start + tl.arange(0, {kernel.block})\n"
+        f"{_source_of(lines, mask, inner)}"
+    )
+    out = [
+        f'{indent}"""liger-bot perf: the row in {kernel.block}-column chunks, one pass per level of row reductions."""\n'
+    ]
+    out += [_source_of(lines, s.node, indent) for s in kernel.statements if not s.vector and s.level == 0]
+    accumulators: dict[str, str] = {}
+    for level in range(1, kernel.levels + 1):
+        reducing = [s for s in kernel.statements if s.reductions and s.level == level]
+        calls = list({ast.unparse(c): c for s in reducing for c in s.reductions}.values())
+        out.append(f"{indent}# pass {level}: the row reductions of level {level}, all in one pass over the row\n")
+        for call in calls:
+            name = accumulators.setdefault(ast.unparse(call), f"row_acc_{len(accumulators)}")
+            out.append(f"{indent}{name} = tl.zeros(({kernel.block},), dtype=tl.float32)\n")
+        out.append(chunk_head)
+        first = min(s.node.lineno for s in reducing)
+        out += [_source_of(lines, s.node, inner) for s in _needed(kernel, [c.args[0] for c in calls], first)]
+        out += [f"{inner}{accumulators[ast.unparse(c)]} += {ast.unparse(c.args[0])}\n" for c in calls]
+        for statement in (s for s in kernel.statements if not s.vector and s.level == level):
+            if statement.reductions:
+                node = _Accumulated(accumulators).visit(copy.deepcopy(statement.node))
+                out.append(f"{indent}{ast.unparse(ast.fix_missing_locations(node))}\n")
+            else:
+                out.append(_source_of(lines, statement.node, indent))
+    stores = [s for s in kernel.statements if s.vector and isinstance(s.node, ast.Expr)]
+    out.append(f"{indent}# last pass: the outputs\n{chunk_head}")
+    out += [
+        _source_of(lines, s.node, inner) for s in _needed(kernel, [s.node for s in stores], kernel.func.end_lineno + 1)
+    ]
+    out += [_source_of(lines, s.node, inner) for s in stores]
+    return "".join(out)
+
+
+LOOPED_CONSTANTS = """# liger-bot perf: rows of BLOCK_SIZE >= {from_name} take the looped forward, in chunks of {chunk_name} columns on
+# {warps_name} warps (few live registers, many programs per SM) instead of the whole row in registers
+{from_name} = {from_block}
+{chunk_name} = {chunk}
+{warps_name} = {warps}
+
+
+"""
+
+
+def _looped_launch(text: str, call: ast.Call, kernel: RowKernel) -> str:
+    """The launch of the looped copy: the same arguments, BLOCK_SIZE the chunk, the chunk's warps."""
+    looped = copy.deepcopy(call)
+    looped.func.value.id = f"{kernel.func.name}_looped"
+    keywords = []
+    for keyword in looped.keywords:
+        if keyword.arg in ("num_warps", "num_stages") or (
+            keyword.arg is None and ast.unparse(keyword.value) == "_launch"
+        ):
+            continue
+        if keyword.arg == kernel.block:
+            keyword = ast.keyword(
+                keyword.arg, ast.parse(f"min({ast.unparse(keyword.value)}, {LOOPED_CHUNK})").body[0].value
+            )
+        keywords.append(keyword)
+    looped.keywords = [*keywords, ast.keyword("num_warps", ast.Name(LOOPED_WARPS, ast.Load()))]
+    return ast.unparse(looped)
+
+
+def looped_forward(text: str, params: dict) -> str:
+    """A copy of each row-wise forward kernel that walks the row in chunks: one pass over the row per level of
+    dependent row reductions (every reduction of a level accumulated in the same pass, in fp32), then a pass that
+    computes and stores the outputs; the launcher takes it for rows of BLOCK_SIZE >= the threshold. Re-applied,
+    it only sets the chunk, warps and threshold."""
+    values = {LOOPED_FROM: params.get("from_block", 8192), LOOPED_CHUNK: params["chunk"], LOOPED_WARPS: params["warps"]}
+    tree = ast.parse(text)
+    existing = {
+        ast.unparse(n.targets[0]): n
+        for n in tree.body
+        if isinstance(n, ast.Assign) and ast.unparse(n.targets[0]) in values
+    }
+    if existing:
+        edits = Edits(text)
+        for name, node in existing.items():
+            edits.replace_node(node.value, str(values[name]))
+        return edits.apply()
+    kernels = _forward_row_kernels(tree)
+    edits = Edits(text)
+    for func, call in _launches(tree):
+        kernel = kernels.get(call.func.value.id)
+        if kernel is None:
+            continue
+        block = next((k.value for k in call.keywords if k.arg == kernel.block), None)
+        if block is None:
+            raise NotApplicable(f"the launch at line {call.lineno} does not pass {kernel.block}=")
+        statement = _statement_of(func, call)
+        indent = _indent(edits.lines[statement.lineno - 1])
+        original = _source_of(edits.lines, statement, indent + "    ")
+        edits.replace_node(
+            statement,
+            f"if {ast.get_source_segment(text, block)} >= {LOOPED_FROM}:  # liger-bot perf: a wide row, in chunks\n"
+            f"{indent}    {_looped_launch(text, call, kernel)}\n{indent}else:\n{original.rstrip()}",
+        )
+    for kernel in kernels.values():
+        func = kernel.func
+        first = min([func.lineno] + [d.lineno for d in func.decorator_list])
+        body_start = func.body[0].lineno
+        header = "".join(edits.lines[first - 1 : body_start - 1]).replace(
+            f"def {func.name}(", f"def {func.name}_looped(", 1
+        )
+        if isinstance(func.body[0], ast.Expr) and isinstance(func.body[0].value, ast.Constant):
+            header = "".join(edits.lines[first - 1 : func.body[0].lineno - 1]).replace(
+                f"def {func.name}(", f"def {func.name}_looped(", 1
+            )
+        edits.insert_before_line(func.end_lineno + 1, f"\n\n{header}{_looped_body(kernel, edits.lines)}")
+    constants = {"from_name": LOOPED_FROM, "chunk_name": LOOPED_CHUNK, "warps_name": LOOPED_WARPS}
+    edits.insert_before_line(
+        _module_insert_line(tree),
+        LOOPED_CONSTANTS.format(
+            **constants, from_block=values[LOOPED_FROM], chunk=params["chunk"], warps=params["warps"]
+        ),
+    )
+    return edits.apply()
+
+
 CATALOGUE: tuple[Entry, ...] = (
+    Entry(
+        "looped_forward",
+        "Looped forward: the wide row in 2048-column chunks",
+        "One program holds its whole row (BLOCK_SIZE = next_pow2(n) = 16384 columns at 16 warps) in registers: ptxas "
+        "(sm_90a) gives Liger's layer_norm / poly_norm forward 128 / 127 registers a thread there, no spills, so one "
+        "program fills the SM's 64K registers: one row in flight per SM (16 of 64 warp slots), whose load, block "
+        "reductions (two / three, each a barrier) and store never overlap another row's. Inductor's reduction at this "
+        "width loops over the row in RBLOCK=2048 chunks on 8 warps; the looped copy does the same (46-48 registers: "
+        "8 programs, 64 warps a SM): one pass over the row per level of row reductions (poly_norm's three sums in one "
+        "pass, layer_norm's mean then variance), the re-reads from L2.",
+        "forward -(15-45)% at hidden >= 8192 (4096x16384: Liger 0.77x / 0.55x torch.compile for layer_norm / "
+        "poly_norm); the narrower sizes keep the original kernel: no change there",
+        looped_forward,
+        {"chunk": 2048, "warps": 8, "from_block": 8192},
+        ("forward",),
+    ),
+    Entry(
+        "looped_forward",
+        "Looped forward: 4096-column chunks",
+        "Building on the best so far: half as many chunks (16 values a thread at 8 warps), fewer loop iterations and "
+        "reductions per row, if the first looped variant spent its time in the loop rather than in memory.",
+        "forward a further -(0-10)% at hidden >= 8192; none if the 2048 chunk already streams at the copy ceiling",
+        looped_forward,
+        {"chunk": 4096, "warps": 8, "from_block": 8192},
+        ("forward",),
+    ),
     Entry(
         "unused_grad_none",
         "Unused output gradients as None",

@@ -485,6 +485,10 @@ class Loop:
         for entry in catalogue.CATALOGUE:
             if self.stopped():
                 return
+            off_target = off_target_reason(entry, self.options.target_pass)
+            if off_target:  # costs no variant and no budget: it cannot change the pass being optimised
+                self.records.append(VariantRecord("-", entry.title, self.state.best, skipped=off_target))
+                continue
             base = self.texts[self.state.best]
             try:
                 text = entry.rewrite(base, dict(entry.params))
@@ -493,6 +497,14 @@ class Loop:
                 continue
             changes = f"`{entry.key}` {entry.params or ''} on {self.state.best}: {entry.rewrite.__doc__ or ''}".strip()
             self.try_variant(entry.title, text, entry.hypothesis, " ".join(changes.split()), entry.expected)
+
+
+def off_target_reason(entry: catalogue.Entry, target_pass: str) -> str | None:
+    """Why the entry is not tried for this target (None: it is): a rewrite of the backward cannot speed up the
+    forward, and the other way round; a full-pass target is helped by either."""
+    if target_pass == "full" or target_pass in entry.passes:
+        return None
+    return f"changes the {' and '.join(entry.passes)} pass only; the target is the {target_pass} pass"
 
 
 def optimise(loop: Loop) -> str:

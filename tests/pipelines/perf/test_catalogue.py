@@ -185,8 +185,8 @@ def test_reload_weight_moves_the_weight_load_into_every_backward_row_loop(source
 
 ISSUE_12_KERNELS = ("layer_norm", "poly_norm", "softmax")  # benchmarks/perf_gpu.sh's default run
 APPLIES = {  # what the catalogue can do to each, read from the kernel's structure
-    "layer_norm": {"launch_table", "programs_per_sm", "pipelined_rows"},
-    "poly_norm": {"launch_table", "programs_per_sm", "pipelined_rows", "empty_dx"},
+    "layer_norm": {"launch_table", "programs_per_sm", "pipelined_rows", "looped_forward"},
+    "poly_norm": {"launch_table", "programs_per_sm", "pipelined_rows", "empty_dx", "looped_forward"},
     "softmax": {"launch_table"},
 }
 

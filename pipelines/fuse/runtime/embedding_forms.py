@@ -93,7 +93,7 @@ def _pooled_values(node) -> tuple | None:
 
 
 def _reason_against(embedding: fx.Node, ids) -> str:
-    """"" when the fused kernel computes what the embedding + pool did, else why not (counted, plain pool kept)."""
+    """ "" when the fused kernel computes what the embedding + pool did, else why not (counted, plain pool kept)."""
     if len(embedding.users) > 1:
         return OTHER_USER_REASON
     for position, name, expected, reason in _EMBEDDING_DEFAULTS:
@@ -107,6 +107,4 @@ def _reason_against(embedding: fx.Node, ids) -> str:
     return ""
 
 
-EMBEDDING_FORMS = (
-    HandForm(NAME, NAME, embedding_partitioned_mean_pattern, op_pool_replacement, match_embedding_pool),
-)
+EMBEDDING_FORMS = (HandForm(NAME, NAME, embedding_partitioned_mean_pattern, op_pool_replacement, match_embedding_pool),)

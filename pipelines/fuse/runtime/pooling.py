@@ -198,13 +198,13 @@ def partitioned_mean_forward(
     workspace = torch.empty(grid[0], d, dtype=torch.float32, device=values.device)
     if counters is None:
         counters = torch.zeros(b * grid[1], dtype=torch.int32, device=values.device)
-    _kernels().partitioned_mean_fwd_kernel[grid](values, offsets, out, workspace, counters, b, d, rows_per_program, LOG_B=_log_b(b), **cfg)
+    _kernels().partitioned_mean_fwd_kernel[grid](
+        values, offsets, out, workspace, counters, b, d, rows_per_program, LOG_B=_log_b(b), **cfg
+    )
     return out
 
 
-def partitioned_mean_backward(
-    grad_out: torch.Tensor, offsets: torch.Tensor, rows: int, config: dict | None = None
-):
+def partitioned_mean_backward(grad_out: torch.Tensor, offsets: torch.Tensor, rows: int, config: dict | None = None):
     grad_out = grad_out.contiguous()
     offsets = offsets.to(torch.int64).contiguous()
     b, d = grad_out.shape
@@ -214,7 +214,9 @@ def partitioned_mean_backward(
     rows_per_program = cfg.pop("R")
     grad_values = grad_out.new_empty(rows, d)
     grid = (b + rows // rows_per_program, _cdiv(d, cfg["BLOCK_D"]))
-    _kernels().partitioned_mean_bwd_kernel[grid](grad_out, offsets, grad_values, b, rows, d, rows_per_program, LOG_B=_log_b(b), **cfg)
+    _kernels().partitioned_mean_bwd_kernel[grid](
+        grad_out, offsets, grad_values, b, rows, d, rows_per_program, LOG_B=_log_b(b), **cfg
+    )
     return grad_values
 
 

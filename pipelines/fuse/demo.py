@@ -61,6 +61,8 @@ def run(device: str, steps: int, inner: str | None = None, compile_limit_s: floa
         "pass_first_step_s": round(first_s, 3),
         "pass_graphs_compiled": stats.graphs_compiled,
         "replaced": stats.replaced,
+        "replaced_by": stats.replaced_by,  # "pattern -> kernel": which kernel the compiled model runs
+        "declined": stats.declined_reasons,
         "loss_max_abs_diff": (loss - eager_loss).abs().item(),
         "grads_match": bool(grads_match),
     }
@@ -128,6 +130,8 @@ def to_text(result: dict) -> str:
             f"  torch.compile + liger_fuse{result['pass_ms']:10.3f} ms/step "
             f"(first step {result['pass_first_step_s']:.2f} s, {result['pass_graphs_compiled']} graphs compiled)",
             f"  replaced: {replaced}",
+            f"  kernels: {', '.join(f'{k} ({v})' for k, v in result.get('replaced_by', {}).items()) or 'none'}",
+            f"  left alone: {', '.join(f'{k} ({v})' for k, v in result.get('declined', {}).items()) or 'nothing'}",
             f"  loss max |diff| vs eager: {result['loss_max_abs_diff']:.2e}; gradients match: {result['grads_match']}",
         ]
     )

@@ -39,6 +39,11 @@ class FuseStats:
         return dict(self.registry.replaced)
 
     @property
+    def replaced_by(self) -> dict[str, int]:
+        """ "pattern -> kernel" -> times: which kernel each replacement runs."""
+        return dict(self.registry.replaced_by)
+
+    @property
     def declined(self) -> dict[str, int]:
         return dict(self.registry.declined)
 

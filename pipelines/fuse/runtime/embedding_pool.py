@@ -202,14 +202,13 @@ def span_config_for_plain_mean(partitions: int, rows: int, width: int, dtype, de
     return config if config["kernel"] == "span" else None
 
 
-def plain_mean_span_forward(values: torch.Tensor, offsets: torch.Tensor, config: dict, launcher) -> torch.Tensor:
+def plain_mean_span_forward(values: torch.Tensor, offsets: torch.Tensor, config: dict) -> torch.Tensor:
     """The partitioned mean of values [N, D] (contiguous, N > 0) through the span kernel; offsets int64 within
     [0, N], never decreasing (rows outside them belong to no partition: a span reads only its partitions' rows)."""
     partitions, width = offsets.shape[0] - 1, values.shape[1]
     out = values.new_empty(partitions, width)
-    kernel = launcher(_kernels().embedding_mean_span_fwd_kernel)
     args = (values, values, offsets, out, partitions, width, width)  # ids unread with GATHER off
-    kernel[_grid(config, partitions, width)](
+    _kernels().embedding_mean_span_fwd_kernel[_grid(config, partitions, width)](
         *args, IEEE=_dot_in_fp32(values.dtype), GATHER=False, **_launch_args(config)
     )
     return out
@@ -248,6 +247,8 @@ def deterministic_backward(
     grad_out: torch.Tensor, ids: torch.Tensor, offsets: torch.Tensor, vocabulary: int
 ) -> torch.Tensor:
     """fp32 [V, D]: each distinct id's rows summed in one fixed order (stable sort, then a segmented sum)."""
+    first, last = offsets[[0, -1]].tolist()  # the pass's op allows rows outside the partitions: no gradient there
+    ids, offsets = ids[first:last], offsets - first
     partitions, rows = grad_out.shape[0], ids.shape[0]
     lengths = (offsets[1:] - offsets[:-1]).to(torch.int64)
     owner = torch.repeat_interleave(torch.arange(partitions, device=ids.device), lengths, output_size=rows)
@@ -261,6 +262,8 @@ def deterministic_backward(
 
 
 class EmbeddingPartitionedMean(torch.autograd.Function):
+    """The kernels with an explicit launch `config` (the launch sweep's benchmarks); eager only."""
+
     @staticmethod
     def forward(ctx, table, ids, offsets, config=None):
         ctx.save_for_backward(ids, offsets)
@@ -272,6 +275,59 @@ class EmbeddingPartitionedMean(torch.autograd.Function):
         ids, offsets = ctx.saved_tensors
         grad_table = embedding_mean_backward(grad_out, ids, offsets, ctx.vocabulary, ctx.dtype, ctx.config)
         return grad_table, None, None, None
+
+
+def _check_offsets_within(offsets: torch.Tensor, rows: int) -> None:
+    """What the pass's op asks (one sync): offsets within [0, N], never decreasing; rows before the first or after
+    the last belong to no partition, as in a loop over slices."""
+    drops = (offsets[1:] < offsets[:-1]).any() if offsets.numel() > 1 else offsets.new_tensor(False)
+    first, last, decreasing = torch.stack([offsets[0], offsets[-1], drops.to(offsets.dtype)]).tolist()
+    if first < 0 or last > rows:
+        raise ValueError(f"offsets must lie within [0, N={rows}] (the number of ids), got {first}..{last}")
+    if decreasing:
+        raise ValueError("offsets must not decrease")
+
+
+# --- opaque custom ops: what torch.compile (and the pass's replacement) calls; fake = shapes only -------------
+
+
+@torch.library.custom_op("liger_fuse::embedding_partitioned_mean", mutates_args=())
+def embedding_partitioned_mean_op(table: torch.Tensor, ids: torch.Tensor, offsets: torch.Tensor) -> torch.Tensor:
+    """out[b] = mean of table[ids[offsets[b]:offsets[b+1]]]: what the pass puts in place of embedding -> pool."""
+    _check_types(table, ids, offsets)
+    _check_offsets_within(offsets, ids.shape[0])
+    return embedding_mean_forward(table, ids, offsets)
+
+
+@embedding_partitioned_mean_op.register_fake
+def _(table, ids, offsets):
+    return table.new_empty(offsets.shape[0] - 1, table.shape[1])
+
+
+@torch.library.custom_op("liger_fuse::embedding_partitioned_mean_backward", mutates_args=())
+def embedding_partitioned_mean_grad(
+    grad_out: torch.Tensor, ids: torch.Tensor, offsets: torch.Tensor, vocabulary: int, dtype: torch.dtype
+) -> torch.Tensor:
+    return embedding_mean_backward(grad_out, ids, offsets, vocabulary, dtype)
+
+
+@embedding_partitioned_mean_grad.register_fake
+def _(grad_out, ids, offsets, vocabulary, dtype):
+    return grad_out.new_empty(vocabulary, grad_out.shape[1], dtype=dtype)
+
+
+def _setup_context(ctx, inputs, output):
+    table, ids, offsets = inputs
+    ctx.save_for_backward(ids, offsets)
+    ctx.vocabulary, ctx.dtype = table.shape[0], table.dtype
+
+
+def _backward(ctx, grad_out):
+    ids, offsets = ctx.saved_tensors
+    return embedding_partitioned_mean_grad(grad_out, ids, offsets, ctx.vocabulary, ctx.dtype), None, None
+
+
+embedding_partitioned_mean_op.register_autograd(_backward, setup_context=_setup_context)
 
 
 def embedding_partitioned_mean(
@@ -288,12 +344,13 @@ def embedding_partitioned_mean(
     _check_offsets(offsets, ids.shape[0])
     if check_ids:
         _check_ids(ids, table.shape[0])
-    return EmbeddingPartitionedMean.apply(table, ids, offsets)
+    return embedding_partitioned_mean_op(table, ids, offsets)
 
 
 __all__ = [
     "EmbeddingPartitionedMean",
     "embedding_partitioned_mean",
+    "embedding_partitioned_mean_op",
     "launch_bucket",
     "launch_config",
     "rule_config",

@@ -1,5 +1,6 @@
 """The kernels the default registry holds, by family, with their conditions and measured timings, and the forms
-(PATTERNS) it tries, in order: the hand-written unrolled forms, then each family's pattern / replacement pairs."""
+(PATTERNS) it tries, in order: the hand-written unrolled forms, then each family's pattern / replacement pairs, then
+embedding -> partitioned mean (it rewrites what the partitioned-mean entries left: embedding_forms.py)."""
 
 from __future__ import annotations
 
@@ -9,6 +10,7 @@ from pathlib import Path
 
 import torch
 
+from .embedding_forms import EMBEDDING_FORMS
 from .liger_pairs import LIGER_PAIRS
 from .pooling import interpreter_active
 from .pooling_pairs import POOLING_PAIRS
@@ -22,6 +24,10 @@ TIMINGS = Path(__file__).with_name("timings.json")  # written from benchmarks/po
 
 def triton_partitioned_mean(values, offsets):
     return torch.ops.liger_fuse.partitioned_mean(values, offsets)
+
+
+def triton_embedding_partitioned_mean(table, ids, offsets):
+    return torch.ops.liger_fuse.embedding_partitioned_mean(table, ids, offsets)
 
 
 def liger_rms_norm(x, weight, eps):
@@ -46,12 +52,13 @@ def _triton_runs(spec) -> bool:
 
 KERNEL_FUNCTIONS = {
     "triton_partitioned_mean": triton_partitioned_mean,
+    "triton_embedding_partitioned_mean": triton_embedding_partitioned_mean,
     "liger_rms_norm": liger_rms_norm,
     "liger_swiglu": liger_swiglu,
 }
 
 
-PATTERNS = (*UNROLLED_FORMS, *POOLING_PAIRS, *LIGER_PAIRS)
+PATTERNS = (*UNROLLED_FORMS, *POOLING_PAIRS, *EMBEDDING_FORMS, *LIGER_PAIRS)
 
 
 def default_kernels() -> list[Kernel]:
@@ -65,6 +72,15 @@ def default_kernels() -> list[Kernel]:
                 ("cuda", "cpu"), (*float_types, torch.float16), (2,), _triton_runs, "CPU without TRITON_INTERPRET=1"
             ),
             function=triton_partitioned_mean,
+        ),
+        # the fused gather + pool (embedding_pool.py); the operand is the table [V, D]
+        Kernel(
+            "triton_embedding_partitioned_mean",
+            "embedding_partitioned_mean",
+            Condition(
+                ("cuda", "cpu"), (*float_types, torch.float16), (2,), _triton_runs, "CPU without TRITON_INTERPRET=1"
+            ),
+            function=triton_embedding_partitioned_mean,
         ),
         # Liger's Triton kernels do not run under the interpreter on CPU: CUDA only
         Kernel(

@@ -111,6 +111,7 @@ def bound_replacement(replacement: Callable, kernel) -> Callable:
         return replacement(*args, pool=pool)
 
     replacement_call.__name__ = replacement_call.__qualname__ = f"{replacement.__name__}__{kernel.name}"
+    replacement_call.replacement, replacement_call.kernel = replacement, kernel  # read by embedding_forms.py
     return replacement_call
 
 

@@ -4,11 +4,13 @@
 `liger_fuse::grouped_partitioned_mean(values[], offsets[]) -> out[]`, one Triton launch forward and one backward
 (the forward also clears a B-entry int32 counter array that only partitions longer than R rows use).
 
-`partitioned_mean` is a `torch.library.triton_op`: Inductor traces into it and launches the Triton kernels from
-its generated code, so the op costs no Python dispatch inside a compiled model. Triton's interpreter cannot run
-on the fake tensors a trace uses, so under TRITON_INTERPRET=1 the op calls an opaque custom op instead. The
-kernels' module is imported on first use, but `triton_op` imports triton itself (torch 2.13): the interpreter has
-to be switched on before this module is imported (see `interpreter_active`).
+Every op is an opaque `torch.library.custom_op` with a fake implementation computed from shapes only ([B, D],
+B = offsets.shape[0] - 1) and a registered autograd: no trace (Dynamo, AOTAutograd's functionalisation, Inductor)
+runs its body. Its body reads values of `offsets` (the range checks, one sync), which a trace cannot do: as a
+`triton_op` AOTAutograd traced into that body and raised on `aten._local_scalar_dense` on the H200 (torch 2.11),
+splitting the compiled model's graph there (benchmarks/NOTES.md, ninth session's H200 calls, item 4). What that
+costs: the kernels launch from Python inside the compiled graph (one dispatch per call) instead of from
+Inductor's generated code.
 """
 
 from __future__ import annotations
@@ -45,8 +47,8 @@ def _kernels():
     return pooling_kernels
 
 
-# every forward launch names these (a launch traced through wrap_triton gets no constexpr defaults); the sweep's
-# choices override them per dtype
+# every forward launch names these (kept explicit: a launch through wrap_triton gets no constexpr defaults);
+# the sweep's choices override them per dtype
 FORWARD_DEFAULTS = {"UNROLL": 1, "LOOP_STAGES": 1, "PAIRS": False}
 
 
@@ -105,12 +107,6 @@ def _log_b(partitions: int) -> int:
 
 def _cdiv(a, b):
     return -(-a // b)
-
-
-def _launcher(kernel, traceable: bool):
-    """wrap_triton only inside a triton_op's body, where a trace may be running: called outside one, the wrapper
-    goes through the higher-order-op dispatcher on every launch (direct calls took 0.19-0.55 ms on the H200)."""
-    return torch.library.wrap_triton(kernel) if traceable and not interpreter_active() else kernel
 
 
 def _check(values: torch.Tensor, offsets: torch.Tensor) -> None:
@@ -181,7 +177,6 @@ def partitioned_mean_forward(
     offsets: torch.Tensor,
     config: dict | None = None,
     counters: torch.Tensor | None = None,
-    traceable: bool = False,
 ) -> torch.Tensor:
     """One launch; `counters` (int32, >= B * D-blocks, all zero; left zero) saves the clear when reused."""
     _check(values, offsets)
@@ -193,7 +188,7 @@ def partitioned_mean_forward(
         return values.new_zeros(b, d)
     span = _span_config(b, n, d, values) if config is None else None
     if span is not None:  # many short partitions: several per program (issue 13: 2.7-7x behind segment_reduce)
-        return _embedding_pool().plain_mean_span_forward(values, offsets, span, lambda k: _launcher(k, traceable))
+        return _embedding_pool().plain_mean_span_forward(values, offsets, span)
     pairs = _readable_in_pairs(values)
     cfg = {**FORWARD_DEFAULTS, **(config or launch_config(n, d, values.device, values.dtype, pairs=pairs))}
     cfg["PAIRS"] = cfg["PAIRS"] and pairs
@@ -203,14 +198,13 @@ def partitioned_mean_forward(
     workspace = torch.empty(grid[0], d, dtype=torch.float32, device=values.device)
     if counters is None:
         counters = torch.zeros(b * grid[1], dtype=torch.int32, device=values.device)
-    kernel = _launcher(_kernels().partitioned_mean_fwd_kernel, traceable)
-    kernel[grid](values, offsets, out, workspace, counters, b, d, rows_per_program, LOG_B=_log_b(b), **cfg)
+    _kernels().partitioned_mean_fwd_kernel[grid](
+        values, offsets, out, workspace, counters, b, d, rows_per_program, LOG_B=_log_b(b), **cfg
+    )
     return out
 
 
-def partitioned_mean_backward(
-    grad_out: torch.Tensor, offsets: torch.Tensor, rows: int, config: dict | None = None, traceable: bool = False
-):
+def partitioned_mean_backward(grad_out: torch.Tensor, offsets: torch.Tensor, rows: int, config: dict | None = None):
     grad_out = grad_out.contiguous()
     offsets = offsets.to(torch.int64).contiguous()
     b, d = grad_out.shape
@@ -220,8 +214,9 @@ def partitioned_mean_backward(
     rows_per_program = cfg.pop("R")
     grad_values = grad_out.new_empty(rows, d)
     grid = (b + rows // rows_per_program, _cdiv(d, cfg["BLOCK_D"]))
-    kernel = _launcher(_kernels().partitioned_mean_bwd_kernel, traceable)
-    kernel[grid](grad_out, offsets, grad_values, b, rows, d, rows_per_program, LOG_B=_log_b(b), **cfg)
+    _kernels().partitioned_mean_bwd_kernel[grid](
+        grad_out, offsets, grad_values, b, rows, d, rows_per_program, LOG_B=_log_b(b), **cfg
+    )
     return grad_values
 
 
@@ -319,46 +314,29 @@ def _triton_dtype(dtype: torch.dtype):
     return {torch.float32: tl.float32, torch.bfloat16: tl.bfloat16, torch.float16: tl.float16}[dtype]
 
 
-# --- opaque custom ops: the kernels launched from Python; what the interpreter (CPU) path runs ---
+# --- opaque custom ops: what torch.compile sees (fake = shapes only), differentiable via register_autograd ---
 
 
-@torch.library.custom_op("liger_fuse::partitioned_mean_opaque", mutates_args=())
-def partitioned_mean_opaque(values: torch.Tensor, offsets: torch.Tensor) -> torch.Tensor:
+@torch.library.custom_op("liger_fuse::partitioned_mean", mutates_args=())
+def partitioned_mean_op(values: torch.Tensor, offsets: torch.Tensor) -> torch.Tensor:
+    """What the pass calls: offsets within [0, N], never decreasing (rows outside them belong to no partition)."""
+    check_offsets(values, offsets)
     return partitioned_mean_forward(values, offsets)
 
 
-@partitioned_mean_opaque.register_fake
+@partitioned_mean_op.register_fake
 def _(values, offsets):
     return values.new_empty(offsets.shape[0] - 1, values.shape[1])
 
 
-@torch.library.custom_op("liger_fuse::partitioned_mean_backward_opaque", mutates_args=())
-def partitioned_mean_backward_opaque(grad_out: torch.Tensor, offsets: torch.Tensor, rows: int) -> torch.Tensor:
+@torch.library.custom_op("liger_fuse::partitioned_mean_backward", mutates_args=())
+def partitioned_mean_grad(grad_out: torch.Tensor, offsets: torch.Tensor, rows: int) -> torch.Tensor:
     return partitioned_mean_backward(grad_out, offsets, rows)
 
 
-@partitioned_mean_backward_opaque.register_fake
+@partitioned_mean_grad.register_fake
 def _(grad_out, offsets, rows):
     return grad_out.new_empty(rows, grad_out.shape[1])
-
-
-# --- triton ops: what torch.compile sees; Inductor inlines their kernels (differentiable via register_autograd) ---
-
-
-@torch.library.triton_op("liger_fuse::partitioned_mean", mutates_args=())
-def partitioned_mean_op(values: torch.Tensor, offsets: torch.Tensor) -> torch.Tensor:
-    """What the pass calls: offsets within [0, N], never decreasing (rows outside them belong to no partition)."""
-    check_offsets(values, offsets)
-    if interpreter_active():
-        return partitioned_mean_opaque(values, offsets)
-    return partitioned_mean_forward(values, offsets, traceable=True)
-
-
-@torch.library.triton_op("liger_fuse::partitioned_mean_backward", mutates_args=())
-def partitioned_mean_grad(grad_out: torch.Tensor, offsets: torch.Tensor, rows: int) -> torch.Tensor:
-    if interpreter_active():
-        return partitioned_mean_backward_opaque(grad_out, offsets, rows)
-    return partitioned_mean_backward(grad_out, offsets, rows, traceable=True)
 
 
 def _setup_context(ctx, inputs, output):

@@ -7,11 +7,12 @@ cannot pin down (the zeros a sum starts from, the lengths.clamp(min=1) chain of 
 `check` (the match filter) proves them: lengths / offsets a 1-D integer tensor, the zeros really zeros, the counts
 the same lengths, the segment ids sorted (`repeat_interleave(arange(B), lengths)`).
 
-To add a pair (e.g. embedding -> partitioned mean, for embedding_pool.py): write `<name>_pattern` (and its
-spellings), `<name>_replacement(<pattern parameters it needs>, *, pool)`, a check returning None / "" / a reason,
-then add `Pair("<name>", "<family>", patterns, replacement, check, operand=...)` to POOLING_PAIRS before any pair
-its pattern contains (or to a new family file's tuple, listed in families.PATTERNS) and its kernel (with
-`function=`) to families.default_kernels. `F.embedding` is already a leaf the pattern tracer records as called.
+To add a pair: write `<name>_pattern` (and its spellings), `<name>_replacement(<pattern parameters it needs>,
+*, pool)` (name the pooled rows `values`: embedding_forms.py finds them by that name to fuse an embedding's gather
+in), a check returning None / "" / a reason, then add `Pair("<name>", "<family>", patterns, replacement, check,
+operand=...)` to POOLING_PAIRS before any pair its pattern contains (or to a new family file's tuple, listed in
+families.PATTERNS) and its kernel (with `function=`) to families.default_kernels. embedding -> partitioned mean is
+not a pair here: it runs after these, on their replacements (embedding_forms.py says why).
 """
 
 from __future__ import annotations
@@ -238,8 +239,7 @@ _BOTH = (False, True)
 _PADDED_SPELLINGS = spellings(_padded_masked_mean, dim_keyword=_BOTH)
 
 POOLING_PAIRS = (
-    # embedding -> partitioned mean (embedding_pool.py) goes first, here: the first entry to match a root claims it,
-    # so a pair must come before the pairs its pattern contains (segment_reduce_mean, embedding_bag_mean ...)
+    # the first entry to match a root claims it: a pair comes before the pairs its pattern contains
     Pair(
         "index_add_div",
         "partitioned_mean",

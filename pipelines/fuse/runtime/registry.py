@@ -87,6 +87,7 @@ class Registry:
         self.kernels: dict[str, list[Kernel]] = {}  # family -> kernels, registration order
         self.patterns: list = []  # Pair / HandForm entries (pairs.py, patterns.py), tried in order
         self.replaced: Counter[str] = Counter()  # pattern name -> times replaced
+        self.replaced_by: Counter[str] = Counter()  # "pattern -> kernel" -> times
         self.declined: Counter[str] = Counter()  # pattern name -> times matched but left alone
         self.declined_reasons: Counter[str] = Counter()  # "pattern: reason" -> times
 
@@ -128,6 +129,7 @@ class Registry:
 
     def note_replaced(self, pattern: str, kernel: str, where: str) -> None:
         self.replaced[pattern] += 1
+        self.replaced_by[f"{pattern} -> {kernel}"] += 1
         log.info("liger_fuse: replaced %s with %s at %s", pattern, kernel, where)
 
     def note_declined(self, pattern: str, reason: str, where: str) -> None:

@@ -1,0 +1,110 @@
+"""embedding -> partitioned mean: the gather fused into the pool (EMBEDDING_FORMS, registered after POOLING_PAIRS).
+
+`F.embedding(ids, table)` (what Dynamo records for an `nn.Embedding` call) feeding any partitioned mean the pass
+has already replaced, becomes one `embedding_partitioned_mean(table, ids, offsets)` (embedding_pool.py): the
+[N, D] rows are never written. It works on what the partitioned-mean entries left in the graph, so every form they
+match comes with it: the pairs' replacement calls (index_add, scatter_add, scatter_reduce, segment_reduce), the
+hand forms' (the Dynamo-unrolled loop, split) and the `liger_fuse::partitioned_mean` op itself (what the loop
+capture writes for the recsys demo's naive loop, or what a user calls).
+
+Why after the pooling entries and not as a pair before them: the subgraph matcher drops a match whose inner node
+(here the embedding) has a user outside it, silently; after them, an embedding with another user is seen, counted
+with its reason, and its pool keeps the plain kernel (the plain pair's replacement stays). Every replacement reads
+`values` by rows only (passes it to the pool, slices rows, reads its length or device), and
+`embedding(ids)[s:e] == embedding(ids[s:e])`: so the ids stand in for the values and the pool gathers from the
+table (`gathered`).
+"""
+
+from __future__ import annotations
+
+import functools
+import inspect
+
+import torch
+import torch.nn.functional as F
+from torch import fx
+
+from .embedding_pool import ID_DTYPES
+from .fx_match import arg
+from .fx_match import example
+from .fx_match import is_call
+from .patterns import HandForm
+from .patterns import Match
+
+NAME = "embedding_partitioned_mean"
+POOLED_FAMILY = "partitioned_mean"  # the replacements whose values the gather can take over
+POOL_OPS = (torch.ops.liger_fuse.partitioned_mean, torch.ops.liger_fuse.partitioned_mean.default)
+# F.embedding's arguments after (input, weight): (position, name, the value the fused kernel assumes, why not)
+_EMBEDDING_DEFAULTS = (
+    (2, "padding_idx", None, "padding_idx is set (its row's gradient must stay zero): the kernel does not skip it"),
+    (3, "max_norm", None, "max_norm renormalises the table's rows in place: the kernel does not"),
+    (5, "scale_grad_by_freq", False, "scale_grad_by_freq scales the gradient by id counts: the kernel does not"),
+    (6, "sparse", False, "sparse=True asks for a sparse table gradient: the kernel writes a dense one"),
+)
+OTHER_USER_REASON = "the embedding's [N, D] rows have another user: they are written anyway"
+
+
+def op_pool_replacement(values, offsets, *, pool):
+    """The `liger_fuse::partitioned_mean(values, offsets)` call, as a replacement the gather can wrap."""
+    return pool(values, offsets)
+
+
+def embedding_partitioned_mean_pattern(ids, table, offsets):
+    """What this entry replaces, one of its forms (the others: any partitioned mean over the embedding's rows)."""
+    return torch.ops.liger_fuse.partitioned_mean(F.embedding(ids, table), offsets)
+
+
+@functools.cache
+def gathered(replacement):
+    """replacement(values, ...) over the rows of table[ids]: the ids take the values' place, the pool gathers."""
+
+    def embedding_gather(table, *args, pool):
+        return replacement(*args, pool=functools.partial(pool, table))
+
+    embedding_gather.__name__ = embedding_gather.__qualname__ = f"embedding_gather_{replacement.__name__}"
+    return embedding_gather
+
+
+def match_embedding_pool(node) -> Match | None:
+    """A pooled call of the partitioned-mean family whose values are an embedding's rows, else None."""
+    pooled = _pooled_values(node)
+    if pooled is None:
+        return None
+    replacement, position = pooled
+    embedding = node.args[position] if len(node.args) > position else None
+    if not is_call(embedding, (F.embedding,)):
+        return None
+    ids, table = arg(embedding, 0, "input"), arg(embedding, 1, "weight")
+    args = (table, *node.args[:position], ids, *node.args[position + 1 :])
+    match = Match(node, args, table, [node, embedding], replacement=gathered(replacement))
+    match.declined = _reason_against(embedding, ids)
+    return match
+
+
+def _pooled_values(node) -> tuple | None:
+    """(the replacement, the position of its values argument) for the op or a partitioned-mean replacement call."""
+    if is_call(node, POOL_OPS) and not node.kwargs:
+        return op_pool_replacement, 0
+    if node.op != "call_function" or getattr(getattr(node.target, "kernel", None), "family", None) != POOLED_FAMILY:
+        return None
+    replacement = node.target.replacement
+    names = [n for n, p in inspect.signature(replacement).parameters.items() if p.kind != p.KEYWORD_ONLY]
+    return (replacement, names.index("values")) if "values" in names else None
+
+
+def _reason_against(embedding: fx.Node, ids) -> str:
+    """ "" when the fused kernel computes what the embedding + pool did, else why not (counted, plain pool kept)."""
+    if len(embedding.users) > 1:
+        return OTHER_USER_REASON
+    for position, name, expected, reason in _EMBEDDING_DEFAULTS:
+        if arg(embedding, position, name, expected) != expected:
+            return reason
+    value = example(ids)
+    if value is None:
+        return "the ids have no example value to check"
+    if value.dim() != 1 or value.dtype not in ID_DTYPES:
+        return f"the kernel takes 1-D int32 / int64 ids, got {value.dtype} of rank {value.dim()}"
+    return ""
+
+
+EMBEDDING_FORMS = (HandForm(NAME, NAME, embedding_partitioned_mean_pattern, op_pool_replacement, match_embedding_pool),)

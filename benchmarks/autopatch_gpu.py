@@ -95,6 +95,21 @@ def table(rows: list[dict]) -> str:
     return "\n".join(lines)
 
 
+def version_mismatch(cpu_checks: Path) -> str:
+    """Why this host cannot judge DIR's patches, or "": they were written against the transformers recorded by
+    prepare_convergence, and another release (the image's own, when the wheel was not carried) fails for reasons
+    that are not the patch's."""
+    import transformers
+
+    wanted = json.loads(cpu_checks.read_text()).get("generated_with", {}).get("transformers")
+    if wanted is None or wanted == transformers.__version__:
+        return ""
+    return (
+        f"the patches were generated against transformers {wanted}, this host has {transformers.__version__} "
+        f"({transformers.__file__}): carry transformers=={wanted} in .whl"
+    )
+
+
 def main() -> int:
     parser = argparse.ArgumentParser()
     parser.add_argument("dir", type=Path)
@@ -108,6 +123,10 @@ def main() -> int:
     deadline = time.monotonic() + args.deadline
     args.out.mkdir(parents=True, exist_ok=True)
     models = args.models or (args.dir / "models.txt").read_text().split()
+    mismatch = version_mismatch(args.dir / "cpu-checks.json")
+    if mismatch:
+        print(f"autopatch_gpu: refused: {mismatch}", file=sys.stderr)
+        return 2
     work = Path(os.environ.get("WORK", "/tmp/liger-bot-gpu"))
     jobs = []
     if args.kernel_repo and args.kernel:

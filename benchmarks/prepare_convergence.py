@@ -142,6 +142,14 @@ def export(checkout: target.Checkout, outdir: Path) -> Path:
     return bare
 
 
+def generated_with() -> dict[str, str]:
+    """The packages the patches were written against: the generated forwards follow this transformers' output
+    fields (5.24 names the cache `cache`, older releases `past_key_values`), so the GPU run must use the same."""
+    import transformers
+
+    return {"transformers": transformers.__version__}
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("outdir", type=Path)
@@ -159,7 +167,8 @@ def main(argv: list[str] | None = None) -> int:
         return 1
     how = combine(checkout, made)
     print(f"{COMBINED}: {len(made)} models {how}: {', '.join(made)}", flush=True)
-    checks = {"models": made, "combined": how, "keyword": keyword(made), **cpu_checks(checkout, made)}
+    checks = {"models": made, "combined": how, "keyword": keyword(made), "generated_with": generated_with()}
+    checks |= cpu_checks(checkout, made)
     (outdir / "models.txt").write_text("\n".join(made) + "\n")
     (outdir / "cpu-checks.json").write_text(json.dumps(checks, indent=2))
     print(json.dumps(checks, indent=2))

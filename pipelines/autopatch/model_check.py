@@ -274,10 +274,17 @@ def liger_name(module) -> str | None:
 
 
 def _captured_inputs(model, batch: dict) -> dict[str, tuple]:
+    """Each module's inputs at its first call. The hook returns None: a pre-hook's return value replaces the inputs,
+    so returning the stored pair fed a module called twice its first call's inputs (Gemma4-unified's rotary embedding,
+    called once per layer type, then gave the full-attention layers the sliding layers' cos / sin)."""
     seen: dict[str, tuple] = {}
+
+    def keep_first(name: str, args: tuple, kwargs: dict) -> None:
+        seen.setdefault(name, (args, kwargs))
+
     hooks = [
         m.register_forward_pre_hook(
-            lambda mod, args, kwargs, name=name: seen.setdefault(name, (args, kwargs)), with_kwargs=True
+            lambda mod, args, kwargs, name=name: keep_first(name, args, kwargs), with_kwargs=True
         )
         for name, m in model.named_modules()
         if name

@@ -61,3 +61,25 @@ def test_the_gate_row_keeps_each_flag_with_its_verdict():
     assert row.startswith("whole model (fp32, class-level patch): diverges; with fused_linear_cross_entropy=False: ")
     assert "fused_linear_cross_entropy=False: matches; with layer_norm=False: still diverges;" in row
     assert debug.Diagnosis(data).culprits == ["fused_linear_cross_entropy"]
+
+
+def test_capturing_inputs_leaves_a_module_called_twice_its_own_inputs():
+    # Gemma4-unified calls its rotary embedding once per layer type; debug crashed there when the capture hook
+    # handed the second call the first call's inputs (a pre-hook's return value replaces the inputs)
+    import torch
+
+    from pipelines.autopatch import model_check
+
+    class Twice(torch.nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.scale = torch.nn.Identity()
+
+        def forward(self, input_ids):
+            self.result = self.scale(input_ids.float()) + self.scale(input_ids.float() * 10)
+            return self.result
+
+    x, model = torch.tensor([1, 2]), Twice()
+    seen = model_check._captured_inputs(model, {"input_ids": x})
+    assert torch.equal(seen["scale"][0][0], x.float())  # the first call's inputs are the ones kept
+    assert torch.equal(model.result, torch.tensor([11.0, 22.0]))  # and the second call ran on its own

@@ -182,8 +182,8 @@ class Plan:
         if parents := self.profile.identity.derived_from:
             note += (
                 f" Where a file has an enabled entry for a model that {self.model_type}'s modular file subclasses"
-                f" ({', '.join(parents)}; routed only from routed), its lr is taken and each tolerance is the looser"
-                " of the two entries."
+                f" ({', '.join(parents)}; routed only from routed), the first one's lr is taken and each tolerance is"
+                " the loosest of those entries and the family's."
             )
         if self.moe:  # why the mini router is dense, where a reviewer of the entry would ask
             note += (
@@ -1392,11 +1392,16 @@ def reference_tolerances(
     full = _enabled_cases(cases)
     fallback = full.get(REFERENCE_CASES[plan.tolerance_family])
     floor = _segments(source, fallback) if fallback else list(TOLERANCES[(plan.tolerance_family, dtype)])
-    parent = _parent_case(setups, list(full), plan)
-    if parent is None:
+    parents = _parent_cases(setups, list(full), plan)
+    if not parents:
         return floor
-    lr, *tolerances = _segments(source, full[parent])
-    return [lr, *(_looser(theirs, ours) for theirs, ours in zip(tolerances, floor[1:], strict=True))]
+    lr, *tolerances = _segments(source, full[parents[0]])
+    loosest = [_looser(theirs, ours) for theirs, ours in zip(tolerances, floor[1:], strict=True)]
+    for other in parents[1:]:  # a model built on several (gemma4_unified: gemma2's layer, gemma4's causal LM)
+        loosest = [
+            _looser(theirs, ours) for theirs, ours in zip(_segments(source, full[other])[1:], loosest, strict=True)
+        ]
+    return [lr, *loosest]
 
 
 def _enabled_cases(cases: list[ast.expr]) -> dict[str, ast.expr]:
@@ -1423,14 +1428,25 @@ def _looser(theirs: str, ours: str) -> str:
 
 
 def _parent_case(setups: dict[str, edits.MiniSetup], names: list[str], plan: Plan) -> str | None:
+    """The first parent's entry: its lr and widths are the generated entry's."""
+    return next(iter(_parent_cases(setups, names, plan)), None)
+
+
+def _parent_cases(setups: dict[str, edits.MiniSetup], names: list[str], plan: Plan) -> list[str]:
+    """Every parent's entry, in `derived_from` order: one per parent, routed only for a routed model. A parent's
+    text-only apply function counts as its own (gemma4's causal LM is tested as `mini_gemma4_text`, patched by
+    apply_liger_kernel_to_gemma4_text)."""
+    found = []
     for parent in plan.profile.identity.derived_from:
+        patch_fns = (f"apply_liger_kernel_to_{parent}", f"apply_liger_kernel_to_{parent}_text")
         for name in names:
             setup = setups.get(name)
-            if setup is None or setup.patch_fn != f"apply_liger_kernel_to_{parent}":
+            if setup is None or setup.patch_fn not in patch_fns:
                 continue
             if bool(setup.config_fields & set(ROUTED_EXPERT_FIELDS)) == plan.moe:
-                return name
-    return None
+                found.append(name)
+                break
+    return found
 
 
 def _values(case: ast.expr) -> list[ast.expr]:

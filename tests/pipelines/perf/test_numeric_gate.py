@@ -111,3 +111,38 @@ def test_finalize_reports_the_numeric_gate_and_rolls_back_a_winner_that_fails_it
     final = json.loads((tmp_path / "b" / "benchmarks" / "final.json").read_text())
     assert final["numeric"]["ok"] and final["tests"]["ok"]
     assert "| Numeric gate at the benchmark sizes | PASS | max rel err" in pipeline.report.pr_body(loop, "done", gates)
+
+
+def test_the_limit_is_twice_v0_s_own_error_or_one_unit_of_the_dtype():
+    import torch
+
+    torch.manual_seed(0)
+    reference = {"output": torch.randn(64, 512) + 1.0}
+    original = {"output": reference["output"].to(torch.bfloat16)}  # v0: the bf16 rounding of the fp32 result
+    rounded = compare_one(original["output"], original, reference)
+    assert rounded["ok"] and rounded["rel"] == rounded["v0_rel"] > 0
+    assert rounded["limit"] == max(2 * rounded["v0_rel"], 2.0**-7)
+    scaled = reference["output"].clone()
+    scaled[:, 256:] *= 1.02  # a wrong scale on the second half of the row only
+    assert not compare_one(scaled.to(torch.bfloat16), original, reference)["ok"]
+    missing = measure.compare({}, original, reference, "bfloat16")[0]
+    assert not missing["ok"] and missing["why"] == "the variant does not produce it"
+    broken = original["output"].clone()
+    broken[0, 0] = float("nan")
+    assert "non-finite" in compare_one(broken, original, reference)["why"]
+
+
+def compare_one(got, original, reference) -> dict:
+    [row] = measure.compare({"output": got}, original, reference, "bfloat16")
+    return row
+
+
+def test_the_gate_finds_what_a_closure_returned_by_the_setup_holds():
+    import torch
+
+    x, r = torch.randn(2, 8, requires_grad=True), torch.randn(2, 8, requires_grad=True)
+    layer = torch.nn.Linear(8, 8)
+    found = measure.leaves([x, lambda _: layer(x + r)])  # fused_add_rms_norm's setup returns such a closure
+    assert list(found) == ["x", "layer.weight", "layer.bias", "r"]
+    assert found["x"] is x and found["r"] is r and found["layer.weight"] is layer.weight
+    assert list(measure.leaves([x, layer])) == ["x", "weight", "bias"]

@@ -403,7 +403,8 @@ class Loop:
         with notes.open("a") as handle:
             handle.write(report.notes_after(record, self.times["v0"], self.rules, self.compiled))
         shown = f"{verdict.gain:+.1%}" if times else "-"
-        self.progress(f"{name} {title}: {verdict.status} ({shown}) {'; '.join(verdict.reasons)[:200]}")
+        passed = f" [numeric gate: PASS, {numeric['summary']}]" if numeric and numeric.get("ok") else ""
+        self.progress(f"{name} {title}: {verdict.status} ({shown}) {'; '.join(verdict.reasons)[:200]}{passed}")
         return record
 
     def recheck(self, name: str, text: str, times: dict, based_on: str, verdict: rules_mod.Verdict):

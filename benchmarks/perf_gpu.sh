@@ -23,8 +23,8 @@
 # ~35 s; each variant child and the final gate now also run the numeric gate against v0 at all 5 sizes, ~5-10 s),
 # poly_norm_fwd 185 s (100 s): ~385 s, ~340 s expected. The tenth session's budget of 150 s (limit 230) took 410 s
 # without the numeric gate; with it, a third variant starting just before 150 s would overrun the 230 s limit.
-# FWD_BUDGET / FWD_LIMIT override both (e.g. FWD_BUDGET=150 FWD_LIMIT=250: ~520 s worst case). The backward runs, by name (ONLY="layer_norm poly_norm softmax"): layer_norm
-# 175 s (no variant starts after 80 s), poly_norm 175 s (80 s), softmax 165 s (70 s): ~530 s. Past runs overran their budget by 30-55 s
+# FWD_BUDGET / FWD_LIMIT override both (e.g. FWD_BUDGET=150 FWD_LIMIT=250: ~520 s worst case).
+# The backward runs, by name (ONLY="layer_norm poly_norm softmax"): layer_norm 175 s (no variant starts after 80 s), poly_norm 175 s (80 s), softmax 165 s (70 s): ~530 s. Past runs overran their budget by 30-55 s
 # (the last variant, then the final gate), so the limits leave the final gate ~40 s. The kernel's tests run on 8
 # pytest-xdist workers (--test-workers), the whole file in the final gate (softmax's variants skip its 17 GB
 # large-row-offset case, its final gate runs it). With ONLY="rms_norm llama_rms_norm": rms_norm 160 s (50 s),

@@ -43,10 +43,14 @@ def kernel_table(name: str, run: dict) -> list[str]:
                 f"| {pass_name} | {size} | {before:.4f} | {new:.4f} | {before / new:.2f}x "
                 f"| {measured['eager'][pass_name][size]:.4f} | {comp:.4f} | {comp / new:.2f}x | {timing} | {judged} |"
             )
-    lines += ["\n| variant | title | status | gain | reasons |", "|---|---|---|---|---|"]
+    lines += ["\n| variant | title | status | gain | numeric gate vs v0 | reasons |", "|---|---|---|---|---|---|"]
     for v in run["variants"]:
         gain = f"{v['gain']:+.1%}" if v["gain"] is not None else "-"
-        lines.append(f"| {v['name']} | {v['title']} | {v['status']} | {gain} | {'; '.join(v['reasons'])[:160]} |")
+        numeric = v.get("numeric") or {}
+        checked = f"{'PASS' if numeric.get('ok') else 'FAIL'} {numeric.get('summary', '')[:90]}" if numeric else "-"
+        lines.append(
+            f"| {v['name']} | {v['title']} | {v['status']} | {gain} | {checked} | {'; '.join(v['reasons'])[:160]} |"
+        )
     lines += [f"gate {g['name']}: {g['status']} {g['detail'][:160]}" for g in run["gates"]]
     return lines
 

@@ -18,7 +18,9 @@ speed claim, and every output says so.
 
 from __future__ import annotations
 
+import contextlib
 import importlib
+import importlib.abc
 import importlib.util
 import json
 import sys
@@ -406,6 +408,10 @@ def measure(spec: dict) -> dict:
         out["tests"] = run_tests(repo, spec["tests"])
         if not out["tests"]["ok"]:
             return out
+    if spec.get("numeric"):
+        out["numeric"] = numeric_gate(repo, spec, spec["numeric"])
+        if not out["numeric"]["ok"]:
+            return out
     bench = Bench(repo, spec)
     kernel_module = importlib.import_module(f"liger_kernel.ops.{spec['kernel']}")
     from_tests = compiled_keys(kernel_module)
@@ -430,6 +436,207 @@ def measure(spec: dict) -> dict:
     if spec.get("ceilings"):
         out["copy_gbps"] = copy_bandwidth()
     return out
+
+
+# --- the numeric gate -------------------------------------------------------------------------------------------
+#
+# Liger's unit tests stop at 1,500 columns, so a variant path that switches on for wide rows only (the looped forward
+# at BLOCK_SIZE >= 8192) is never run by them. The gate runs the variant and the original (v0) on the same random
+# inputs at the sizes given (the target and the benchmark's), in the benchmark's dtype, forward and backward, through
+# the layer the benchmark script's setup builds, and compares every output and every input / parameter gradient with
+# an fp32 reference: v0 on the same values upcast (the layer built by the setup in float32). Per tensor, the error is
+# max |t - ref| / max |ref| (normwise, so near-zero elements do not blow it up); the variant passes when its error is
+# at most max(NUMERIC_RATIO x v0's own error, NUMERIC_FLOOR[dtype]): no worse than twice the original's rounding, or
+# one unit of the dtype's precision (bf16 2^-7, fp16 2^-10, fp32 1e-5) where v0 is exact: in bf16 a wrong scale of
+# about 1% or more fails it. A non-finite element where v0 has none, a tensor v0 returns and the variant does not,
+# or another shape fails it too.
+
+NUMERIC_RATIO = 2.0
+NUMERIC_FLOOR = {"bfloat16": 2.0**-7, "float16": 2.0**-10, "float32": 1e-5}
+NUMERIC_SEED = 1234
+# the input is drawn from N(1, 1), not N(0, 1): a row statistic that misses part of the row (a chunk loop that stops
+# one chunk early) shifts a centred row's mean by almost nothing, and the offset row's by a fraction of its size
+NUMERIC_INPUT_MEAN = 1.0
+
+
+class _OriginalFinder(importlib.abc.MetaPathFinder):
+    """Imports `name` from `path` (v0's file) instead of the target's source, where the variant is installed."""
+
+    def __init__(self, name: str, path: str):
+        self.name, self.path = name, path
+
+    def find_spec(self, fullname, path=None, target=None):
+        return importlib.util.spec_from_file_location(fullname, self.path) if fullname == self.name else None
+
+
+def _ours(name: str) -> bool:
+    return name == "liger_kernel" or name.startswith("liger_kernel.")
+
+
+@contextlib.contextmanager
+def original_kernel(kernel: str, path: str):
+    """liger_kernel imported afresh inside the block, with `liger_kernel.ops.KERNEL` from v0's file: what the
+    benchmark's setup builds there (and every import its layer does lazily, e.g. a backend registry) runs v0. The
+    variant's modules are back in sys.modules afterwards."""
+    saved = {name: module for name, module in sys.modules.items() if _ours(name)}
+    for name in saved:
+        del sys.modules[name]
+    finder = _OriginalFinder(f"liger_kernel.ops.{kernel}", path)
+    sys.meta_path.insert(0, finder)
+    try:
+        yield
+    finally:
+        sys.meta_path.remove(finder)
+        for name in [n for n in sys.modules if _ours(n)]:
+            del sys.modules[name]
+        sys.modules.update(saved)
+
+
+def leaves(setup_out: list) -> dict:
+    """{name: tensor} of what the benchmark's pass reads and differentiates: the input, each parameter of a layer
+    the setup returns, and the layers and leaf tensors a returned closure holds (fused_add_rms_norm's setup returns
+    `lambda _: layer(x, r)[0]`: its residual and its weight live in the closure, not in the tuple)."""
+    import torch
+
+    found: dict = {"x": setup_out[0]}
+
+    def add(name: str, item) -> None:
+        if isinstance(item, torch.nn.Module):
+            for param_name, param in item.named_parameters():
+                found.setdefault(f"{name}.{param_name}" if name else param_name, param)
+        elif isinstance(item, torch.Tensor) and item.is_leaf and item.is_floating_point():
+            found.setdefault(name, item)
+
+    for index, item in enumerate(setup_out[1:], 1):
+        add("" if isinstance(item, torch.nn.Module) else f"arg{index}", item)
+        cells = getattr(item, "__closure__", None) or ()
+        for var, cell in zip(getattr(getattr(item, "__code__", None), "co_freevars", ()), cells, strict=False):
+            add(var, cell.cell_contents)
+    unique: dict = {}
+    for name, tensor in found.items():  # the input, also held by the closure, once
+        if all(tensor is not t for t in unique.values()):
+            unique[name] = tensor
+    return unique
+
+
+def numeric_run(bench: Bench, rows: int, hidden: int, draws: dict, dtype=None) -> dict:
+    """{name: tensor} of one forward and backward of the benchmark's pass: every output, the input's gradient and
+    every parameter's. The setup builds the layer as it does for timing; its input and parameters are then
+    overwritten in place with `draws` (drawn here the first time, in the run's own dtypes; later runs take the same
+    values, upcast where `dtype` is float32), and so are the output gradients."""
+    import torch
+
+    config = {**bench.config, "hidden_size": hidden, **({"dtype": dtype} if dtype is not None else {})}
+    setup_out = list(bench.setup(bench.utils.SingleBenchmarkRunInput(rows, bench.providers["liger"], "full", config)))
+
+    def drawn(key: str, like):
+        if key not in draws:
+            if "generator" not in draws:  # one seeded stream per size, on the layer's device
+                draws["generator"] = torch.Generator(device=like.device).manual_seed(NUMERIC_SEED)
+            drawn_values = torch.randn(like.shape, generator=draws["generator"], device=like.device)
+            draws[key] = (drawn_values + (NUMERIC_INPUT_MEAN if key == "x" else 0.0)).to(like.dtype)
+        return draws[key].to(like.dtype)
+
+    inputs = leaves(setup_out)
+    with torch.no_grad():
+        for name, tensor in inputs.items():
+            tensor.copy_(drawn(name, tensor))
+            tensor.grad = None
+    out = bench.utils.default_forward_fn(*setup_out)
+    outs = [out] if isinstance(out, torch.Tensor) else [o for o in out if isinstance(o, torch.Tensor)]
+    result = {f"output {i}" if len(outs) > 1 else "output": o.detach().clone() for i, o in enumerate(outs)}
+    differentiable = [(i, o) for i, o in enumerate(outs) if o.requires_grad]
+    grads = [drawn(f"dy {i}", o).clone() for i, o in differentiable]  # a clone: a backward may write dY in place
+    torch.autograd.backward([o for _, o in differentiable], grads)
+    result.update({f"grad {name}": tensor.grad for name, tensor in inputs.items()})
+    _synchronize()
+    return {k: v for k, v in result.items() if v is not None}
+
+
+def compare(variant: dict, original: dict, reference: dict, dtype: str) -> list[dict]:
+    """Per tensor: the variant's and v0's normwise error against the fp32 reference, the limit, ok."""
+    import torch
+
+    floor = NUMERIC_FLOOR.get(dtype, NUMERIC_FLOOR["float32"])
+    rows = []
+    for name, ref in reference.items():
+        ref = ref.float()
+        base, got = original.get(name), variant.get(name)
+        scale = float(ref.abs().max()) or 1.0
+        v0_err = float((base.float() - ref).abs().max()) / scale if base is not None else 0.0
+        limit = max(NUMERIC_RATIO * v0_err, floor)
+        row = {"tensor": name, "v0_rel": v0_err, "limit": limit, "rel": None, "abs": None, "ok": False, "why": ""}
+        if got is None:
+            row["why"] = "the variant does not produce it"
+        elif got.shape != ref.shape:
+            row["why"] = f"shape {tuple(got.shape)}, v0 {tuple(ref.shape)}"
+        elif not bool(torch.isfinite(got).all()) and bool(torch.isfinite(base).all()):
+            row["why"] = f"{int((~torch.isfinite(got)).sum())} non-finite elements where v0 has none"
+        else:
+            diff = (got.float() - ref).abs().max()
+            row["abs"], row["rel"] = float(diff), float(diff) / scale
+            row["abs_vs_v0"] = float((got.float() - base.float()).abs().max())
+            row["ok"] = row["rel"] <= limit
+            if not row["ok"]:
+                row["why"] = f"max rel err {row['rel']:.2e} vs fp32 (v0 {v0_err:.2e}, limit {limit:.2e})"
+        rows.append(row)
+    return rows
+
+
+def numeric_gate(repo: Path, spec: dict, numeric: dict) -> dict:
+    """The variant (installed in the target's source) against v0 (`numeric["original"]`) at `numeric["sizes"]`."""
+    started = time.perf_counter()
+    try:
+        checked = _numeric_sizes(repo, spec, numeric)
+    except Exception:
+        return {"ok": False, "summary": f"error: {traceback.format_exc()[-1500:]}", "sizes": []}
+    failures = [(size, r) for size, rows in checked for r in rows if not r["ok"]]
+    rows = [(size, r) for size, rows in checked for r in rows if r["rel"] is not None]
+    worst = max(rows, key=lambda sr: sr[1]["rel"] / sr[1]["limit"], default=None)
+    if failures:
+        size, r = failures[0]
+        summary = f"{r['tensor']} at {size}: {r['why']}" + (
+            f" (+{len(failures) - 1} more)" if len(failures) > 1 else ""
+        )
+    elif worst:
+        size, r = worst
+        summary = f"max rel err {r['rel']:.2e} at {size} ({r['tensor']}; v0 {r['v0_rel']:.2e}, limit {r['limit']:.2e})"
+    else:
+        summary = "nothing compared"
+    return {
+        "ok": not failures and worst is not None,
+        "summary": summary,
+        "dtype": numeric_dtype(spec),
+        "sizes": [{"size": size, "tensors": rows} for size, rows in checked],
+        "seconds": round(time.perf_counter() - started, 1),
+    }
+
+
+def numeric_dtype(spec: dict) -> str:
+    """The benchmark's dtype; float32 under TRITON_INTERPRET=1, whose numpy emulation of bf16 arithmetic overflows
+    (poly_norm's x**6 comes back NaN from v0 itself there)."""
+    return "float32" if interpreting() else spec["config"].get("dtype", "bfloat16")
+
+
+def _numeric_sizes(repo: Path, spec: dict, numeric: dict) -> list[tuple[str, list[dict]]]:
+    import torch
+
+    dtype = numeric_dtype(spec)
+    spec = {**spec, "config": {**spec["config"], "dtype": dtype}}
+    variant_bench = Bench(repo, spec)
+    checked = []
+    for size in numeric["sizes"]:
+        draws: dict = {}
+        variant = numeric_run(variant_bench, size["rows"], size["hidden"], draws)
+        with original_kernel(spec["kernel"], numeric["original"]):
+            original_bench = Bench(repo, spec)
+            original = numeric_run(original_bench, size["rows"], size["hidden"], draws)
+            reference = numeric_run(original_bench, size["rows"], size["hidden"], draws, dtype=torch.float32)
+        checked.append((size["key"], compare(variant, original, reference, dtype)))
+        del variant, original, reference, draws
+        if torch.cuda.is_available():
+            torch.cuda.empty_cache()
+    return checked
 
 
 def ncu_target(spec: dict) -> None:

@@ -84,6 +84,7 @@ class VariantRecord:
     skipped: str = ""  # not applicable: why (costs no variant)
     facts: list = field(default_factory=list)  # the variant's compiled kernels: registers, spills, shared memory
     methods: dict | None = None  # {pass: {size: "cudagraph" | "do_bench" | "wall"}}: how each point was timed
+    numeric: dict | None = None  # the numeric gate against v0 (measure.numeric_gate): ok, summary, per size and tensor
 
     def to_json(self) -> dict:
         verdict = self.verdict
@@ -95,6 +96,7 @@ class VariantRecord:
             "gain": verdict.gain if verdict else None,
             "reasons": list(verdict.reasons) if verdict else [self.skipped] if self.skipped else [],
             "tests": self.tests,
+            "numeric": self.numeric,
             "times": self.times,
             "methods": self.methods,
         }
@@ -368,6 +370,7 @@ class Loop:
             report.notes_before(name, title, based_on, hypothesis, changes, expected, self.profile, self.out_dir)
         )
         spec = {**base_spec(self.checkout, self.profile), "tests": self.test_spec(self.options.tests_k), "facts": True}
+        spec["numeric"] = self.numeric_spec()
         started = self.clock()
         with installed(self.checkout, self.ops, text):
             result = run_child(self.checkout, self.out_dir, name, spec)
@@ -376,8 +379,15 @@ class Loop:
         times = result.get("times", {}).get("liger")
         if "error" in result:
             tests = {"ok": False, "summary": result["error"][-300:]}
+        numeric = result.get("numeric")
         verdict = rules_mod.judge(
-            self.rules, self.times["v0"], self.times[based_on], times, bool(tests.get("ok")), tests.get("summary", "")
+            self.rules,
+            self.times["v0"],
+            self.times[based_on],
+            times,
+            bool(tests.get("ok")),
+            tests.get("summary", ""),
+            numeric_failure=numeric["summary"] if numeric and not numeric.get("ok") else "",
         )
         if verdict.status == rules_mod.REJECTED and tests.get("ok") and times is not None:
             verdict = self.recheck(name, text, times, based_on, verdict)
@@ -385,6 +395,7 @@ class Loop:
         self.state = rules_mod.advance(self.rules, self.state, name, verdict, met)
         record = VariantRecord(name, title, based_on, verdict, times, tests, facts=result.get("facts") or [])
         record.methods = (result.get("methods") or {}).get("liger")
+        record.numeric = numeric
         self.records.append(record)
         if times is not None:
             self.times[name] = times
@@ -392,7 +403,8 @@ class Loop:
         with notes.open("a") as handle:
             handle.write(report.notes_after(record, self.times["v0"], self.rules, self.compiled))
         shown = f"{verdict.gain:+.1%}" if times else "-"
-        self.progress(f"{name} {title}: {verdict.status} ({shown}) {'; '.join(verdict.reasons)[:200]}")
+        passed = f" [numeric gate: PASS, {numeric['summary']}]" if numeric and numeric.get("ok") else ""
+        self.progress(f"{name} {title}: {verdict.status} ({shown}) {'; '.join(verdict.reasons)[:200]}{passed}")
         return record
 
     def recheck(self, name: str, text: str, times: dict, based_on: str, verdict: rules_mod.Verdict):
@@ -434,6 +446,15 @@ class Loop:
         if self.deadline is not None:
             now = self.clock()
             self.sweep_deadline = now + rules_mod.SWEEP_SHARE * max(0.0, self.deadline - now)
+
+    def numeric_spec(self) -> dict:
+        """What the child's numeric gate needs: v0's file (imported in the child beside the installed variant) and
+        every size of the run, the targets and the benchmark's (Liger's unit tests stop at 1,500 columns; a path
+        that switches on for wide rows is checked only here)."""
+        path = (self.out_dir / f"original_{self.profile.source.name}.py").resolve()
+        if not path.is_file() or path.read_text() != self.original:
+            path.write_text(self.original)
+        return {"original": str(path), "sizes": [s.to_json() for s in self.profile.sizes]}
 
     def test_spec(self, k: str | None) -> dict:
         return {"file": str(self.profile.source.files.test), "k": k, "workers": self.options.test_workers}
@@ -528,7 +549,7 @@ def finalise(loop: Loop, branch: str) -> list[GateResult]:
     git.checkout(branch, create_from="HEAD")
     checkout.path(ops).write_text(loop.texts[loop.state.best])
     gates = [
-        final_tests(loop),
+        *final_tests(loop),
         checkstyle(checkout, ops),
         only_kernel_code(checkout, ops),
     ]
@@ -541,14 +562,41 @@ def finalise(loop: Loop, branch: str) -> list[GateResult]:
     return gates
 
 
-def final_tests(loop: Loop) -> GateResult:
+NUMERIC_GATE = "Numeric gate at the benchmark sizes"
+
+
+def final_tests(loop: Loop) -> list[GateResult]:
+    """The kernel's unit tests, then the numeric gate at every size of the run, in one child with the winner in."""
     spec = {**base_spec(loop.checkout, loop.profile), "tests": loop.test_spec(loop.options.final_tests_k)}
     spec["sizes"], spec["providers"] = [], []
+    spec["numeric"] = loop.numeric_spec()
     result = run_child(loop.checkout, loop.out_dir, "final", spec)
     tests = result.get("tests") or {"ok": False, "summary": result.get("error", "no result")[-500:]}
     selection = f" (-k {loop.options.final_tests_k})" if loop.options.final_tests_k else ""
     label = f"unit tests (GPU): {loop.profile.source.files.test}{selection}"
-    return GateResult(label, GateStatus.PASS if tests["ok"] else GateStatus.FAIL, tests["summary"])
+    gates = [GateResult(label, GateStatus.PASS if tests["ok"] else GateStatus.FAIL, tests["summary"])]
+    return [*gates, numeric_gate_result(result.get("numeric"), loop.profile.sizes, tests["ok"])]
+
+
+def numeric_gate_result(numeric: dict | None, sizes, tests_ok: bool) -> GateResult:
+    """The final numeric gate's line: the winner against v0, every output and gradient, at every size of the run."""
+    where = ", ".join(s.key for s in sizes)
+    if numeric is None:
+        why = "not run: the unit tests failed first" if not tests_ok else "the child returned no result"
+        return GateResult(NUMERIC_GATE, GateStatus.SKIP if not tests_ok else GateStatus.FAIL, why, hard=tests_ok)
+    how = (
+        f"{numeric.get('dtype', '?')}, forward and backward, every output and gradient at {where}, vs an fp32 "
+        f"reference computed by v0 (limit: max({measure_limits()}))"
+    )
+    status = GateStatus.PASS if numeric.get("ok") else GateStatus.FAIL
+    return GateResult(NUMERIC_GATE, status, f"{numeric['summary']}; {how}")
+
+
+def measure_limits() -> str:
+    from pipelines.perf import measure
+
+    floors = ", ".join(f"{k} {v:.1e}" for k, v in measure.NUMERIC_FLOOR.items())
+    return f"{measure.NUMERIC_RATIO:g} x v0's error, {floors}"
 
 
 def checkstyle(checkout: Checkout, ops: Path) -> GateResult:

@@ -90,10 +90,16 @@ def not_judged_list(rules: rules_mod.Rules) -> str:
 
 def notes_after(record, baseline: dict, rules: rules_mod.Rules, compiled: dict) -> str:
     lines = ["## Actual results", ""]
-    if record.times is None:
+    numeric = record.numeric
+    if record.times is None and numeric and not numeric.get("ok") and record.tests.get("ok"):
+        lines.append(f"Tests: {record.tests.get('summary', '')}")
+        lines.append(f"NUMERIC GATE FAILED (against v0, {numeric.get('dtype', '')}): {numeric.get('summary', '')}")
+    elif record.times is None:
         lines.append(f"TESTS FAILED: {record.tests.get('summary', '')}")
     else:
         lines.append(f"Tests: {record.tests.get('summary', '')}")
+        if numeric:
+            lines.append(f"Numeric gate (against v0, {numeric.get('dtype', '')}): PASS, {numeric.get('summary', '')}")
         lines += ["", "| pass | size | v0 ms | this ms | vs v0 | torch.compile ms | timing | judged |"]
         lines.append("|---|---|---|---|---|---|---|---|")
         for pass_name, by_size in record.times.items():

@@ -186,10 +186,20 @@ def target_met(rules: Rules, variant: Times, compiled: Times) -> bool:
 
 
 def judge(
-    rules: Rules, baseline: Times, best: Times, variant: Times | None, tests_ok: bool, test_summary=""
+    rules: Rules,
+    baseline: Times,
+    best: Times,
+    variant: Times | None,
+    tests_ok: bool,
+    test_summary="",
+    numeric_failure: str = "",
 ) -> Verdict:
+    """`numeric_failure`: why the numeric gate (the variant against v0 at the run's sizes) failed; "" when it passed
+    or did not run. It rejects a variant as a failing test does."""
     if not tests_ok:
         return Verdict(REJECTED, reasons=(f"tests failed: {test_summary}".strip(),))
+    if numeric_failure:
+        return Verdict(REJECTED, reasons=(f"numeric gate: {numeric_failure}",))
     if variant is None:
         return Verdict(REJECTED, reasons=("no measurement",))
     broken = regressions(rules, baseline, variant)

@@ -74,7 +74,8 @@ def test_finalise_commits_the_winner_alone_and_rolls_back_one_whose_tests_fail(l
     gates = pipeline.finalise(
         finalise_loop(liger_checkout, tmp_path / "a", winner), "liger-bot/perf-fused-add-rms-norm"
     )
-    assert [g.status for g in gates] == [GateStatus.PASS] * 3, gates
+    assert [g.status for g in gates] == [GateStatus.PASS] * 4, gates  # tests, numeric gate, checkstyle, kernel only
+    assert gates[1].name == pipeline.NUMERIC_GATE and gates[1].detail.startswith("max rel err ")
     assert git.current_branch() == "liger-bot/perf-fused-add-rms-norm" and git.dirty_paths() == []
     assert git.changed_files("main") == [OPS] and liger_checkout.path(OPS).read_text() == winner
     assert (
@@ -87,5 +88,6 @@ def test_finalise_commits_the_winner_alone_and_rolls_back_one_whose_tests_fail(l
     assert broken != original
     gates = pipeline.finalise(finalise_loop(liger_checkout, tmp_path / "b", broken), "liger-bot/perf-broken")
     assert gates[0].status is GateStatus.FAIL and "failed" in gates[0].detail
+    assert gates[1].status is GateStatus.SKIP and "unit tests failed" in gates[1].detail
     assert git.current_branch() == "main" and not git.branch_exists("liger-bot/perf-broken")
     assert git.dirty_paths() == [] and liger_checkout.path(OPS).read_text() == original

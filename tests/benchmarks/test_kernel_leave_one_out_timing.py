@@ -65,3 +65,14 @@ def test_liger_s_sweep_rule_imports_from_a_checkout_not_installed_and_gives_its_
     # 5693 tokens, snapped down to 4096
     assert "tokens 64 [1024, 2048, 4096, 8192]" in lines
     assert "tokens 10240 [1024, 2048, 4096]" in lines
+
+
+def test_the_peak_row_says_whether_each_side_s_dx_shared_dy_on_the_gpu():
+    graphed = dict.fromkeys(("forward", "backward", "full"), "cudagraph")
+    point = {"case": "loo_rms_norm_llama", "tokens": 4096, "width": 4096}
+    point |= {"generated": {**_side(graphed), "memory_check": {"shares_dy": False, "peak_bytes": 1}}}
+    point |= {"liger": {**_side(graphed), "memory_check": {"shares_dy": True, "peak_bytes": 1}}}
+    point |= {"eager": _side(graphed), "compile": _side(graphed)}
+    summary = {"kernels": {}, "timing": {"method": "how", "points": [point]}}
+    rows = {line.split(" | ")[2]: line for line in gpu.table(summary).splitlines() if line.startswith("| loo_rms")}
+    assert rows["peak_mb"].endswith("| dX in dY: no / yes |")

@@ -405,6 +405,30 @@ def memory_check(name: str, side: str, layer, inputs) -> dict:
     return out
 
 
+def dx_destination(name: str, layer, inputs) -> dict:
+    """The generated kernel timed twice as the table times it (bench.timed_modes), its _can_overwrite forced True
+    (dX written into dY's storage, as Liger's in-place norms write it) then False (dX in a new buffer). The graph
+    timing's dy is the caller's (a static tensor), so the table's generated side always takes the second and
+    Liger's the first: whether that alone is the RMSNorm backward's 0.84-0.95x at 1024-2048 tokens."""
+    import importlib
+
+    from pipelines.kernel import bench
+
+    ops = importlib.import_module(f"liger_kernel.ops.{name}")
+    kept, out = ops._can_overwrite, {}
+    try:
+        for label, value in (("into_dy", True), ("apart", False)):
+            ops._can_overwrite = lambda dY, X, in_place, value=value: value and in_place and dY.dtype == X.dtype
+            times, methods = bench.timed_modes(layer, inputs, 20)
+            out[label] = {**times, "method": methods}
+    except Exception as exc:  # noqa: BLE001  a diagnostic never stops the timing
+        out["error"] = f"{type(exc).__name__}: {str(exc)[:200]}"
+    finally:
+        ops._can_overwrite = kept
+    print(f"dX destination {name}: {json.dumps(out)}", flush=True)
+    return out
+
+
 def timing_child(tree: Path, path: Path, deadline: float, cases_path: Path, warm: bool = False) -> None:
     """Times every case at every size (size by size) until the deadline. warm: compile only, one size, so the
     inductor caches on disk are filled while the verifies run and the timing then loads what it compiled."""
@@ -490,6 +514,8 @@ def timing_child(tree: Path, path: Path, deadline: float, cases_path: Path, warm
                         point[side] = {**times, "method": methods}
                         if side in ("generated", "liger"):
                             point[side]["memory_check"] = memory_check(name, side, layer, inputs)
+                        if side == "generated" and "norm" in name and tokens <= 2048:
+                            point["dx_destination"] = dx_destination(name, layer, inputs)
                     except Exception as exc:  # noqa: BLE001
                         point[side] = {"error": f"{type(exc).__name__}: {str(exc)[:200]}"}
                         record["errors"].append(f"{name} {tokens}x{width} {side}: {point[side]['error']}")

@@ -386,8 +386,8 @@ class FunctionalLayer:  # built lazily as an nn.Module subclass (torch imported 
 def memory_check(name: str, side: str, layer, inputs) -> dict:
     """The tenth run's puzzle (peak unchanged by handing dy over), settled per point: one handed-over full pass
     (bench.handed_over_check: whether the first input's .grad shares dy's storage on CUDA, the pass's peak bytes) and,
-    for the generated kernel, the reference count its _can_overwrite takes as autograd's own (_AUTOGRAD_REFS,
-    measured at import on the CPU) beside the same probe run on CUDA. Printed, and kept in the point."""
+    for the generated kernel, the reference counts its _can_overwrite takes as autograd's own (_AUTOGRAD_REFS and
+    _AUTOGRAD_BASE_REFS, measured at import on the CPU) beside the same probe run on CUDA. Printed, kept in the point."""
     from pipelines.kernel import bench
 
     try:
@@ -396,7 +396,7 @@ def memory_check(name: str, side: str, layer, inputs) -> dict:
             import importlib
 
             ops = importlib.import_module(f"liger_kernel.ops.{name}")
-            out["autograd_refs_cpu"] = getattr(ops, "_AUTOGRAD_REFS", "absent")
+            out["autograd_refs_cpu"] = [getattr(ops, k, "absent") for k in ("_AUTOGRAD_REFS", "_AUTOGRAD_BASE_REFS")]
             probe = getattr(ops, "_autograd_refs", None)
             out["autograd_refs_cuda"] = probe("cuda") if probe else "absent"
     except Exception as exc:  # noqa: BLE001  a diagnostic never stops the timing

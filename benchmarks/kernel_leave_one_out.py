@@ -303,12 +303,19 @@ def generate(case: Case, checkout: Path, dest: Path, liger_bot: list[str]) -> di
     return row
 
 
-def liger_test(case: Case, checkout: Path, dest: Path, interpret: bool, workers: int = 0) -> dict:
-    """Liger's own test for the op, its imports swapped, on the case's branch."""
+def write_swapped(case: Case, checkout: Path, dest: Path) -> Path:
+    """DEST/swapped/<case>/test_<op>_loo.py: Liger's own test for the op with its imports swapped to the case's
+    kernel (what the combined branch carries, whether or not it ran here)."""
     original = checkout / f"test/transformers/test_{case.op}.py"
     swapped = dest / "swapped" / case.name / f"test_{case.op}_loo.py"
     swapped.parent.mkdir(parents=True, exist_ok=True)
     swapped.write_text(swapped_test(original.read_text(), case))
+    return swapped
+
+
+def liger_test(case: Case, checkout: Path, dest: Path, interpret: bool, workers: int = 0) -> dict:
+    """Liger's own test for the op, its imports swapped, on the case's branch."""
+    swapped = write_swapped(case, checkout, dest)
     target = checkout / "test/transformers" / swapped.name
     target.write_text(swapped.read_text())
     argv = [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", str(target.relative_to(checkout))]
@@ -459,7 +466,9 @@ def prepare(dest: Path, names: list[str], liger_bot: list[str], skip_tests: bool
             f"{row.get('refused') or ''}"[:600],
             flush=True,
         )
-        if row["branch"] and case.swaps and not skip_tests:
+        if row["branch"] and case.swaps and skip_tests:  # the combined branch still carries the swapped test
+            write_swapped(case, checkout, dest)
+        elif row["branch"] and case.swaps:
             _git(checkout, "checkout", "-q", row["branch"])
             row["liger_test_cpu"] = liger_test(case, checkout, dest, interpret=True)
             print(f"  Liger's test_{case.op}.py -k {case.select!r}: {row['liger_test_cpu']['summary']}", flush=True)
@@ -478,7 +487,9 @@ def main(argv: list[str] | None = None) -> int:
     prep.add_argument("dest", type=Path)
     prep.add_argument("cases", nargs="*")
     prep.add_argument("--liger-bot", default="liger-bot", help="the CLI, as a command line")
-    prep.add_argument("--skip-tests", action="store_true", help="generate only")
+    prep.add_argument(
+        "--skip-tests", action="store_true", help="generate only: Liger's own tests are swapped in, not run on the CPU"
+    )
     sub.add_parser("cases")
     args = parser.parse_args(argv)
     if args.verb == "cases":  # for the shell scripts: NAME OP INPUTS WIDTH SELECT

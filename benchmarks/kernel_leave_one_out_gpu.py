@@ -174,9 +174,13 @@ def table(summary: dict) -> str:
 
 
 def _methods(point: dict, mode: str) -> str:
-    """How each side's mode was timed (cudagraph / events), '-' where a side has none; peak memory has no method."""
+    """How each side's mode was timed (cudagraph / events), '-' where a side has none; on the peak row, whether each
+    side's dX shared dY's storage in its memory check (generated / Liger), '' where none ran."""
     if mode == "peak_mb":
-        return ""
+        checks = [(point.get(side, {}).get("memory_check") or {}).get("shares_dy") for side in ("generated", "liger")]
+        if all(c is None for c in checks):
+            return ""
+        return "dX in dY: " + " / ".join("-" if c is None else "yes" if c else "no" for c in checks)
     sides = ("generated", "liger", "eager", "compile")
     return " / ".join((point.get(side, {}).get("method") or {}).get(mode, "-") for side in sides)
 
@@ -379,6 +383,52 @@ class FunctionalLayer:  # built lazily as an nn.Module subclass (torch imported 
     pass
 
 
+def memory_check(name: str, side: str, layer, inputs) -> dict:
+    """The tenth run's puzzle (peak unchanged by handing dy over), settled per point: one handed-over full pass
+    (bench.handed_over_check: whether the first input's .grad shares dy's storage on CUDA, the pass's peak bytes) and,
+    for the generated kernel, the reference counts its _can_overwrite takes as autograd's own (_AUTOGRAD_REFS and
+    _AUTOGRAD_BASE_REFS, measured at import on the CPU) beside the same probe run on CUDA. Printed, kept in the point."""
+    from pipelines.kernel import bench
+
+    try:
+        out = bench.handed_over_check(layer, inputs, "cuda")
+        if side == "generated":
+            import importlib
+
+            ops = importlib.import_module(f"liger_kernel.ops.{name}")
+            out["autograd_refs_cpu"] = [getattr(ops, k, "absent") for k in ("_AUTOGRAD_REFS", "_AUTOGRAD_BASE_REFS")]
+            probe = getattr(ops, "_autograd_refs", None)
+            out["autograd_refs_cuda"] = probe("cuda") if probe else "absent"
+    except Exception as exc:  # noqa: BLE001  a diagnostic never stops the timing
+        out = {"error": f"{type(exc).__name__}: {str(exc)[:200]}"}
+    print(f"memory check {name} {side}: {json.dumps(out)}", flush=True)
+    return out
+
+
+def dx_destination(name: str, layer, inputs) -> dict:
+    """The generated kernel timed twice as the table times it (bench.timed_modes), its _can_overwrite forced True
+    (dX written into dY's storage, as Liger's in-place norms write it) then False (dX in a new buffer). The graph
+    timing's dy is the caller's (a static tensor), so the table's generated side always takes the second and
+    Liger's the first: whether that alone is the RMSNorm backward's 0.84-0.95x at 1024-2048 tokens."""
+    import importlib
+
+    from pipelines.kernel import bench
+
+    ops = importlib.import_module(f"liger_kernel.ops.{name}")
+    kept, out = ops._can_overwrite, {}
+    try:
+        for label, value in (("into_dy", True), ("apart", False)):
+            ops._can_overwrite = lambda dY, X, in_place, value=value: value and in_place and dY.dtype == X.dtype
+            times, methods = bench.timed_modes(layer, inputs, 20)
+            out[label] = {**times, "method": methods}
+    except Exception as exc:  # noqa: BLE001  a diagnostic never stops the timing
+        out["error"] = f"{type(exc).__name__}: {str(exc)[:200]}"
+    finally:
+        ops._can_overwrite = kept
+    print(f"dX destination {name}: {json.dumps(out)}", flush=True)
+    return out
+
+
 def timing_child(tree: Path, path: Path, deadline: float, cases_path: Path, warm: bool = False) -> None:
     """Times every case at every size (size by size) until the deadline. warm: compile only, one size, so the
     inductor caches on disk are filled while the verifies run and the timing then loads what it compiled."""
@@ -462,6 +512,10 @@ def timing_child(tree: Path, path: Path, deadline: float, cases_path: Path, warm
                     try:  # one side's failure (Liger's module refusing these inputs) leaves the others timed
                         times, methods = bench.timed_modes(layer, inputs, 20, dynamic=side == "compile")
                         point[side] = {**times, "method": methods}
+                        if side in ("generated", "liger"):
+                            point[side]["memory_check"] = memory_check(name, side, layer, inputs)
+                        if side == "generated" and "norm" in name and tokens <= 2048:
+                            point["dx_destination"] = dx_destination(name, layer, inputs)
                     except Exception as exc:  # noqa: BLE001
                         point[side] = {"error": f"{type(exc).__name__}: {str(exc)[:200]}"}
                         record["errors"].append(f"{name} {tokens}x{width} {side}: {point[side]['error']}")

@@ -7,6 +7,7 @@
 # the token sizes of Liger's benchmark script for the op.
 #
 # Here (CPU host):   PYTHONPATH=. bash benchmarks/kernel_leave_one_out_prepare.sh .kloo
+#   (or only some kernels, Liger's tests not run on the CPU: ... prepare.sh .kloo CASE ... --skip-tests, ~3 min)
 # Device (one call): run(command="OUT=$OUT bash benchmarks/kernel_leave_one_out_gpu.sh .kloo", carry=[".kloo"],
 #                        timeout_s=450)
 # Dry run here:      OUT=/tmp/kloo-out PYTHON=.venv/bin/python WHEELS='.kloo/wheels/liger_bot-*' \

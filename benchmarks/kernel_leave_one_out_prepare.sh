@@ -12,6 +12,7 @@
 #                        MarkupSafe, PyYAML, ruff; cp312 manylinux x86_64)
 #
 #   PYTHONPATH=. bash benchmarks/kernel_leave_one_out_prepare.sh [.kloo] [CASE ...]   # ~15-20 min on two cores
+#   ... [CASE ...] --skip-tests: generate only (Liger's tests swapped in, run on the GPU only); 6 cases ~3 min
 # then the device call in benchmarks/kernel_leave_one_out_gpu.sh's header.
 set -euo pipefail
 DEST=${1:-.kloo}

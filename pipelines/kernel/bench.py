@@ -90,8 +90,8 @@ TIMING_METHOD = (
     "~{rep} ms (do_bench's rule, at most 200 calls), every call on fresh leaf inputs and a fresh dy made untimed, "
     "backward the backward of a forward run untimed just before it. Each point's method is in its 'method' "
     "(cudagraph / events / wall); a point under {floor:g} us is launch latency, not judged. Peak MB: the full "
-    "pass's max_memory_allocated on fresh inputs, inputs counted once, dy handed over as a next layer's backward "
-    "hands it (held by autograd alone: what lets a kernel write dX into dY safely)"
+    "pass's max_memory_allocated on fresh inputs, inputs and dy counted once, dy handed over as a next layer's "
+    "backward hands it (held by autograd alone: what lets a kernel write dX into dY safely)"
 )
 MAX_CALLS = 200
 EVENTS = "events"  # per-call CUDA events, the host in the loop
@@ -165,13 +165,50 @@ def timed_modes(
     }
     graphs = graph_calls(forward, fresh, dy_template, params)
     times, methods = choose_modes(graphs, fallbacks, enabled=cuda and cudagraph)
-    if cuda:  # the full pass's peak, its inputs counted once (the templates and the flush buffer left out)
+    if cuda:  # the full pass's peak, its inputs and dy counted once (the templates and the flush buffer left out)
         flush.clear()
-        templates_mb = sum(x.numel() * x.element_size() for x in templates) / 2**20
-        times["peak_mb"] = _peak_mb(lambda: [dy_template.clone(), fresh()], handed_over(forward)) - templates_mb
+        times["peak_mb"] = _peak_mb(lambda: [dy_template.clone(), fresh()], handed_over(forward)) - held_mb(
+            templates, dy_template
+        )
     for p in params:
         p.grad = None
     return times, methods
+
+
+def held_mb(templates, dy_template) -> float:
+    """MB the harness itself keeps allocated through a peak measurement: the input templates and the dy template,
+    each cloned into the pass (so without this every input and dy counted twice; the tenth session's table counted dy
+    twice, both sides alike)."""
+    return sum(t.numel() * t.element_size() for t in [*templates, dy_template]) / 2**20
+
+
+def handed_over_check(layer, inputs, device: str = "cuda") -> dict:
+    """One full pass of `layer` with dy handed over (HandedOver), as the peak figure runs it: shares_dy says whether
+    the first input's .grad landed in dy's storage (a kernel writing dX into dY, and autograd adopting it as .grad);
+    on CUDA, peak_bytes is the pass's max_memory_allocated above what was allocated before it (the fresh inputs and
+    dy already counted there, so: outputs, saved tensors and the backward's own buffers)."""
+    templates = [inputs] if isinstance(inputs, torch.Tensor) else list(inputs)
+    xs = [x.detach().clone().to(device).requires_grad_(True) for x in templates]
+    for p in layer.parameters():
+        p.grad = None
+    cuda = device == "cuda" and torch.cuda.is_available()
+    with torch.no_grad():
+        dy = torch.randn_like(one_output(layer(*xs)))
+    pointer = dy.data_ptr()
+    if cuda:
+        torch.cuda.synchronize()
+        before = torch.cuda.memory_allocated()
+        torch.cuda.reset_peak_memory_stats()
+    box = [dy]
+    del dy
+    HandedOver.apply(one_output(layer(*xs)), box).sum().backward()
+    out = {"shares_dy": xs[0].grad is not None and xs[0].grad.data_ptr() == pointer}
+    if cuda:
+        torch.cuda.synchronize()
+        out["peak_bytes"] = torch.cuda.max_memory_allocated() - before
+    for p in layer.parameters():
+        p.grad = None
+    return out
 
 
 class HandedOver(torch.autograd.Function):

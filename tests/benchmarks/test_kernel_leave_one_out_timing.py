@@ -65,3 +65,45 @@ def test_liger_s_sweep_rule_imports_from_a_checkout_not_installed_and_gives_its_
     # 5693 tokens, snapped down to 4096
     assert "tokens 64 [1024, 2048, 4096, 8192]" in lines
     assert "tokens 10240 [1024, 2048, 4096]" in lines
+
+
+def test_the_peak_row_says_whether_each_side_s_dx_shared_dy_on_the_gpu():
+    graphed = dict.fromkeys(("forward", "backward", "full"), "cudagraph")
+    point = {"case": "loo_rms_norm_llama", "tokens": 4096, "width": 4096}
+    point |= {"generated": {**_side(graphed), "memory_check": {"shares_dy": False, "peak_bytes": 1}}}
+    point |= {"liger": {**_side(graphed), "memory_check": {"shares_dy": True, "peak_bytes": 1}}}
+    point |= {"eager": _side(graphed), "compile": _side(graphed)}
+    summary = {"kernels": {}, "timing": {"method": "how", "points": [point]}}
+    rows = {line.split(" | ")[2]: line for line in gpu.table(summary).splitlines() if line.startswith("| loo_rms")}
+    assert rows["peak_mb"].endswith("| dX in dY: no / yes |")
+
+
+def test_the_dx_destination_check_times_the_kernel_with_dx_into_dy_then_apart_and_restores_it(monkeypatch):
+    import types
+
+    import torch
+
+    ops = types.ModuleType("liger_kernel.ops.loo_fake_norm")
+    ops._can_overwrite = lambda dY, X, in_place: "the kernel's own"
+    monkeypatch.setitem(sys.modules, "liger_kernel.ops.loo_fake_norm", ops)
+    seen = []
+
+    class Twice(torch.autograd.Function):
+        @staticmethod
+        def forward(ctx, x):
+            ctx.save_for_backward(x)
+            return x * 2
+
+        @staticmethod
+        def backward(ctx, dy):
+            seen.append(ops._can_overwrite(dy, ctx.saved_tensors[0], True))
+            return dy * 2
+
+    class Layer(torch.nn.Module):
+        def forward(self, x):
+            return Twice.apply(x)
+
+    out = gpu.dx_destination("loo_fake_norm", Layer(), [torch.randn(4, 8)])
+    assert set(out) == {"into_dy", "apart"} and all(out[k]["backward"] > 0 for k in out)
+    assert True in seen and False in seen and seen == sorted(seen, reverse=True)  # into dY first, then apart
+    assert ops._can_overwrite(None, None, True) == "the kernel's own"

@@ -166,3 +166,36 @@ def test_the_gate_json_and_table_say_how_each_point_was_timed_and_what_is_under_
     row = bench.markdown([result], 4000.0).splitlines()[-1]
     assert row.endswith("| cudagraph / events | forward |")
     assert "10 us launch floor" in bench.markdown([result], 4000.0) and "{floor" not in bench.method_text(20)
+
+
+class _DxIntoDy(torch.autograd.Function):
+    """Liger's norms with in_place=True: dX written into dY's storage, whoever holds dY."""
+
+    @staticmethod
+    def forward(ctx, x):
+        return x * 2
+
+    @staticmethod
+    def backward(ctx, dy):
+        return dy.mul_(2)
+
+
+class _FnLayer(torch.nn.Module):
+    def __init__(self, fn):
+        super().__init__()
+        self.fn = fn
+
+    def forward(self, x):
+        return self.fn(x)
+
+
+def test_the_handed_over_check_says_whether_dx_landed_in_dy_s_storage():
+    x = torch.randn(4, 8)
+    assert bench.handed_over_check(_FnLayer(_DxIntoDy.apply), x, "cpu") == {"shares_dy": True}
+    assert bench.handed_over_check(_FnLayer(lambda t: t * 2), [x], "cpu") == {"shares_dy": False}
+
+
+def test_the_peak_leaves_out_the_input_templates_and_the_dy_template_once_each():
+    # the pass clones each template and dy: one copy of each is the pass's, the kept template is the harness's
+    templates = [torch.empty(1024, 256, dtype=torch.bfloat16), torch.empty(1024, 256, dtype=torch.bfloat16)]
+    assert bench.held_mb(templates, torch.empty(1024, 256, dtype=torch.bfloat16)) == 1.5

@@ -110,11 +110,14 @@ def test_every_kernel_template_renders_and_parses(liger_checkout):
         u = understand.understand(spec.resolve(text, liger_checkout.root), liger_checkout.root)
         for path, source in act.render_files(u).items():
             ast.parse(source, filename=path)
+            if "/ops/" in path:  # both ops templates include kernel/_can_overwrite.py.j2
+                assert "def _can_overwrite(" in source and "_AUTOGRAD_REFS, _AUTOGRAD_BASE_REFS = " in source
         for path, source in act.edit_existing(liger_checkout, u).items():
             ast.parse(source, filename=path)
         used |= {"kernel/ops_elementwise.py.j2" if u.tier == 1 else "kernel/ops_rowwise.py.j2"}
     used |= {"kernel/module.py.j2", "kernel/unit_test.py.j2", "kernel/benchmark.py.j2", "kernel/exports.py.j2"}
     used |= {"kernel/functional_fn.py.j2", "kernel/_scalar_grads_kernel.py.j2"}  # included by both ops templates
+    used |= {"kernel/_can_overwrite.py.j2"}
     used |= {"kernel/tier3_test.py.j2"}  # the provider's tier-3 drafts: rendered by tests/bot/test_tier3_flow.py
     assert {t for t in render.template_names() if t.startswith("kernel/")} == used
 

@@ -58,14 +58,14 @@ def test_the_swiglu_case_gives_liger_s_dtype_bf16_out_for_bf16_in_with_multiplie
 # dX into dY's storage (the H200's peak memory, RMSNorm 0.81x and SwiGLU 0.71x of Liger's, measured with the caller
 # holding dy): with dy handed over as a model's next layer hands it (bench.HandedOver), in_place=True writes the first
 # input's gradient into dy's buffer, in_place=False and a caller-held dy do not; every gradient against torch's
-_IN_PLACE = """
+# both scripts below: the generated ops module of argv's reference loaded, with torch 2.11's use counts when asked
+_GENERATED_OPS = """
 import importlib.util, sys
 from pathlib import Path
 import pytest
 import torch
 from pipelines.kernel import act, bench, spec, understand
-text, root, name, tmp = sys.argv[1], Path(sys.argv[2]), sys.argv[3], Path(sys.argv[4])
-extra_refs = int(sys.argv[5])
+text, root, name, tmp, extra_refs = sys.argv[1], Path(sys.argv[2]), sys.argv[3], Path(sys.argv[4]), int(sys.argv[5])
 if extra_refs:  # torch 2.11 (the H200's): PyNode::apply keeps its own list of the gradients through the Python call
     counted = torch.Tensor._use_count
     torch.Tensor._use_count = lambda self: counted(self) + extra_refs
@@ -75,6 +75,10 @@ loaded = importlib.util.spec_from_file_location("gen_ops", tmp / "gen_ops.py")
 gen_ops = importlib.util.module_from_spec(loaded)
 loaded.loader.exec_module(gen_ops)
 function = next(getattr(gen_ops, n) for n in dir(gen_ops) if n.endswith("Function"))
+"""
+_IN_PLACE = (
+    _GENERATED_OPS
+    + """
 torch.manual_seed(0)
 shape = (3, 5, 64)
 n_inputs = len(u.inputs)
@@ -109,6 +113,7 @@ for mode in ("handed over, in place", "handed over, not in place", "caller-held,
         torch.testing.assert_close(x.grad, r.grad, atol=1e-4, rtol=1e-4)
     print(mode, "shares dy:", xs[0].grad.data_ptr() == pointer)
 """
+)
 
 
 def _in_place_run(case_name: str, liger_checkout, tmp_path, extra_refs: int = 0) -> list[str]:
@@ -162,22 +167,9 @@ def test_generated_swiglu_reuses_a_handed_over_dy_when_autograd_holds_two_refere
 # view alone holds it (measured at import, _AUTOGRAD_BASE_REFS); a residual, or another view of the base (a hook's),
 # keeps it. Not seen by any use count: a Python name holding dY itself or its base (one Python object counts once,
 # however many names hold it), for 2-D dY as before; Liger's norms overwrite dY whoever holds it.
-_THROUGH_LINEAR = """
-import importlib.util, sys
-from pathlib import Path
-import pytest
-import torch
-from pipelines.kernel import act, spec, understand
-text, root, name, tmp, extra_refs = sys.argv[1], Path(sys.argv[2]), sys.argv[3], Path(sys.argv[4]), int(sys.argv[5])
-if extra_refs:  # as in _IN_PLACE: torch 2.11's engine
-    counted = torch.Tensor._use_count
-    torch.Tensor._use_count = lambda self: counted(self) + extra_refs
-u = understand.understand(spec.resolve(text, root, name), root)
-(tmp / "gen_ops.py").write_text(act.render_files(u)[str(act.KernelFiles.of(name).ops)])
-loaded = importlib.util.spec_from_file_location("gen_ops", tmp / "gen_ops.py")
-gen_ops = importlib.util.module_from_spec(loaded)
-loaded.loader.exec_module(gen_ops)
-function = next(getattr(gen_ops, n) for n in dir(gen_ops) if n.endswith("Function"))
+_THROUGH_LINEAR = (
+    _GENERATED_OPS
+    + """
 decided, can_overwrite = [], gen_ops._can_overwrite
 gen_ops._can_overwrite = lambda *args: decided.append(can_overwrite(*args)) or decided[-1]
 torch.manual_seed(0)
@@ -211,6 +203,7 @@ for mode in ("after a Linear", "residual after a Linear", "a hook keeps another 
     print(mode, "overwrites dY:", decided[-1])
     decided.clear()
 """
+)
 
 
 def _through_linear(case_name: str, liger_checkout, tmp_path, extra_refs: int) -> list[str]:

@@ -132,42 +132,74 @@ ONLY_Y_USED = textwrap.dedent(
 )
 
 
-@pytest.mark.slow
-def test_the_rewritten_kernels_pass_the_targets_unit_tests_under_the_interpreter(tmp_path, liger_checkout):
-    for kernel in KERNELS:
-        path = liger_checkout.path(f"src/liger_kernel/ops/{kernel}.py")
+ONLY_Y_TEST = "test/transformers/test_liger_bot_only_y.py"  # ONLY_Y_USED, run as a test of the same pytest run
+ONLY_Y_FILE = textwrap.dedent(
+    """
+    from pipelines.perf import interpret
+
+
+    def test_only_y_used(capsys):
+        interpret.install()
+        exec(compile(SCRIPT, "only_y.py", "exec"), {"__name__": "__main__"})
+        assert "only-y ok" in capsys.readouterr().out
+    """
+)
+
+
+@pytest.fixture(scope="module")
+def interpreter_run(tmp_path_factory, liger_template):
+    """Both interpreter tests' rewritten kernels (KERNELS and ISSUE_12_KERNELS) in one checkout, their unit tests and
+    ONLY_Y_USED in ONE pytest child (the child's torch + transformers + Liger start was most of each test's time):
+    each test below reads its own files' cases from the JUnit report, each selected by its own -k as before."""
+    from xml.etree import ElementTree
+
+    from pipelines import target
+
+    checkout = target.fetch(tmp_path_factory.mktemp("interpreter") / "liger-kernel")
+    for kernel in (*KERNELS, *ISSUE_12_KERNELS):
+        path = checkout.path(f"src/liger_kernel/ops/{kernel}.py")
         path.write_text(stacked(path.read_text()))
-    fused = liger_checkout.path("src/liger_kernel/ops/fused_add_rms_norm.py").read_text()
-    assert "set_materialize_grads(False)" in fused and "tl.range(" in fused and "n_programs" in fused
-    assert "W_row reloaded per row" in fused
+    checkout.path(ONLY_Y_TEST).write_text(f"SCRIPT = {ONLY_Y_USED!r}\n{ONLY_Y_FILE}")
     env = {
         **os.environ,
         "TRITON_INTERPRET": "1",
         "CUDA_VISIBLE_DEVICES": "",
-        "PYTHONPATH": os.pathsep.join([str(liger_checkout.root / "src"), str(liger_checkout.root), str(ROOT)]),
+        "PYTHONPATH": os.pathsep.join([str(checkout.root / "src"), str(checkout.root), str(ROOT)]),
         "PYTHONDONTWRITEBYTECODE": "1",
     }
-    tests = ["test/transformers/test_fused_add_rms_norm.py", "test/transformers/test_rms_norm.py"]
+    # -k sees each case's file name among its keywords: each file's cases are selected by its own test's expression
+    first = " or ".join(f"test_{k}.py" for k in KERNELS)
+    issue_12 = " or ".join(f"test_{k}.py" for k in ISSUE_12_KERNELS)
+    select = f"(({first}) and ({INTERPRETER_TESTS})) or (({issue_12}) and ({ISSUE_12_TESTS})) or test_only_y_used"
+    tests = [f"test/transformers/test_{k}.py" for k in (*KERNELS, *ISSUE_12_KERNELS)] + [ONLY_Y_TEST]
+    junit = tmp_path_factory.mktemp("junit") / "interpreter.xml"
     argv = [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", "-p", "pipelines.perf.interpret"]
     proc = subprocess.run(
-        [*argv, *tests, "-k", INTERPRETER_TESTS], cwd=liger_checkout.root, env=env, capture_output=True, text=True
-    )
-    assert proc.returncode == 0, proc.stdout[-3000:]
-    assert "10 passed" in proc.stdout
-    script = tmp_path / "only_y.py"
-    script.write_text(ONLY_Y_USED)
-    only_y = subprocess.run(
-        [
-            sys.executable,
-            "-c",
-            f"from pipelines.perf import interpret; interpret.install(); exec(open({str(script)!r}).read())",
-        ],
-        cwd=liger_checkout.root,
+        [*argv, f"--junitxml={junit}", *tests, "-k", select],
+        cwd=checkout.root,
         env=env,
         capture_output=True,
         text=True,
     )
-    assert only_y.returncode == 0 and "only-y ok" in only_y.stdout, only_y.stderr[-3000:]
+    cases: dict[str, list[str]] = {}  # file stem -> each case's outcome
+    for case in ElementTree.parse(junit).getroot().iter("testcase") if junit.is_file() else ():
+        outcome = next((child.tag for child in case if child.tag in ("failure", "error", "skipped")), "passed")
+        cases.setdefault(case.get("classname", "").rsplit(".", 1)[-1], []).append(outcome)
+    return checkout, proc, cases
+
+
+def outcomes(cases: dict[str, list[str]], stems) -> list[str]:
+    return [outcome for stem in stems for outcome in cases.get(stem, [])]
+
+
+@pytest.mark.slow
+def test_the_rewritten_kernels_pass_the_targets_unit_tests_under_the_interpreter(interpreter_run):
+    checkout, proc, cases = interpreter_run
+    fused = checkout.path("src/liger_kernel/ops/fused_add_rms_norm.py").read_text()
+    assert "set_materialize_grads(False)" in fused and "tl.range(" in fused and "n_programs" in fused
+    assert "W_row reloaded per row" in fused
+    assert outcomes(cases, [f"test_{k}" for k in KERNELS]) == ["passed"] * 10, proc.stdout[-3000:]
+    assert cases.get("test_liger_bot_only_y") == ["passed"], proc.stdout[-3000:]
 
 
 def test_reload_weight_moves_the_weight_load_into_every_backward_row_loop(sources):
@@ -225,21 +257,9 @@ ISSUE_12_TESTS = "dtype0 and (2-8-64 or 1-1-1500 or 5-123-123 or 9-7-41 or shape
 
 
 @pytest.mark.slow
-def test_the_rewritten_layer_norm_poly_norm_and_softmax_pass_their_unit_tests_under_the_interpreter(liger_checkout):
-    for kernel in ISSUE_12_KERNELS:
-        path = liger_checkout.path(f"src/liger_kernel/ops/{kernel}.py")
-        path.write_text(stacked(path.read_text()))
-    env = {
-        **os.environ,
-        "TRITON_INTERPRET": "1",
-        "CUDA_VISIBLE_DEVICES": "",
-        "PYTHONPATH": os.pathsep.join([str(liger_checkout.root / "src"), str(liger_checkout.root), str(ROOT)]),
-        "PYTHONDONTWRITEBYTECODE": "1",
-    }
-    tests = [f"test/transformers/test_{k}.py" for k in ISSUE_12_KERNELS]
-    argv = [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", "-p", "pipelines.perf.interpret"]
-    proc = subprocess.run(
-        [*argv, *tests, "-k", ISSUE_12_TESTS], cwd=liger_checkout.root, env=env, capture_output=True, text=True
-    )
-    assert proc.returncode == 0, proc.stdout[-3000:]
-    assert "9 passed" in proc.stdout, proc.stdout[-1500:]
+def test_the_rewritten_layer_norm_poly_norm_and_softmax_pass_their_unit_tests_under_the_interpreter(interpreter_run):
+    checkout, proc, cases = interpreter_run
+    for kernel in ISSUE_12_KERNELS:  # the stacked rewrites are what ran
+        text = checkout.path(f"src/liger_kernel/ops/{kernel}.py").read_text()
+        assert "_PERF_LAUNCH = " in text, kernel
+    assert outcomes(cases, [f"test_{k}" for k in ISSUE_12_KERNELS]) == ["passed"] * 9, proc.stdout[-1500:]

@@ -26,6 +26,16 @@ from pipelines.fuse.runtime import pooling
 
 TOP = 12
 LAUNCH_NAMES = ("cudaLaunchKernel", "cuLaunchKernel", "cudaLaunchKernelExC", "cuLaunchKernelEx")
+# a host read of a device value (the custom ops' offsets checks do one per call): each one drains the GPU queue.
+# `.tolist()` dispatches no aten op: on CUDA it shows as cudaMemcpyAsync (DtoH) + cudaStreamSynchronize; the step's
+# own sync after each step counts once (cudaDeviceSynchronize). Host-to-device copies are cudaMemcpyAsync too.
+SYNC_NAMES = (
+    "aten::_local_scalar_dense",
+    "aten::item",
+    "cudaMemcpyAsync",
+    "cudaStreamSynchronize",
+    "cudaDeviceSynchronize",
+)
 
 
 def _variants(device: str, inner: str):
@@ -55,6 +65,8 @@ def _summarise(prof, steps: int, wall_ms: list[float], device: str) -> dict:
     events = [e for e in prof.events() if e.time_range.end > e.time_range.start]
     wall = sum(wall_ms) / len(wall_ms)
     result = {"steps": steps, "wall_ms_per_step": round(wall, 4), "wall_ms_each": [round(w, 4) for w in wall_ms]}
+    syncs = {name: sum(1 for e in events if e.name == name) / steps for name in SYNC_NAMES}
+    result["host_reads_per_step"] = {name: count for name, count in syncs.items() if count}
     if device == "cuda":
         kernels = [e for e in events if e.device_type == torch.autograd.DeviceType.CUDA]
         busy = _union_us([(e.time_range.start, e.time_range.end) for e in kernels]) / 1e3 / steps
@@ -123,21 +135,27 @@ def to_markdown(report: dict) -> str:
     cuda = report["device"] == "cuda"
     lines = [f"# recsys demo profile ({report['device']}, {report.get('gpu', 'cpu')}, torch {report['torch']})", ""]
     if cuda:
-        lines += ["| variant | wall ms/step | GPU busy ms/step | host gap ms/step | launches/step | device events/step |"]
-        lines += ["|---|---|---|---|---|---|"]
+        lines += [
+            "| variant | wall ms/step | GPU busy ms/step | host gap ms/step | launches/step | device events/step | host reads/step |"
+        ]
+        lines += ["|---|---|---|---|---|---|---|"]
         for name, v in report["variants"].items():
             lines.append(
                 f"| {name} | {v['wall_ms_per_step']} | {v['gpu_busy_ms_per_step']} | {v['host_gap_ms_per_step']} "
-                f"| {v['kernel_launches_per_step']} | {v['device_events_per_step']} |"
+                f"| {v['kernel_launches_per_step']} | {v['device_events_per_step']} | {_reads(v)} |"
             )
     else:
-        lines += ["| variant | wall ms/step | CPU ops/step |", "|---|---|---|"]
+        lines += ["| variant | wall ms/step | CPU ops/step | host reads/step |", "|---|---|---|---|"]
         for name, v in report["variants"].items():
-            lines.append(f"| {name} | {v['wall_ms_per_step']} | {v['cpu_ops_per_step']} |")
+            lines.append(f"| {name} | {v['wall_ms_per_step']} | {v['cpu_ops_per_step']} | {_reads(v)} |")
     for name, v in report["variants"].items():
         lines += ["", f"## {name}: top {'kernels' if cuda else 'ops (self CPU)'}", "", "| name | count | total us |"]
         lines += ["|---|---|---|"] + [f"| `{r['name']}` | {r['count']} | {r['total_us']} |" for r in v["top"]]
     return "\n".join(lines) + "\n"
+
+
+def _reads(variant: dict) -> str:
+    return ", ".join(f"{name} {count:g}" for name, count in variant["host_reads_per_step"].items()) or "0"
 
 
 def _in_interpreter(steps: int, out_dir: Path, inner: str | None, warmup: int) -> dict:

@@ -19,11 +19,26 @@ def add_recsys_parser(verbs) -> None:
         metavar="S",
         help="stop plain torch.compile of the naive loop after S seconds and say so (default %(default)s)",
     )
+    recsys.add_argument(
+        "--profile",
+        metavar="DIR",
+        help="instead: profile EmbeddingBag eager / compiled and our pass (torch.profiler), write DIR/profile.md + .json",
+    )
     recsys.set_defaults(handler=recsys_command)
 
 
 def recsys_command(args, ui) -> ExitStatus:
     from pipelines.fuse import demo  # imports torch: not needed for --help
+
+    if args.profile:
+        from pathlib import Path
+
+        from pipelines.fuse import demo_profile
+
+        ui.progress(f"profiling the recsys step on {args.device} ({args.steps} steps per variant)")
+        report = demo_profile.profile(args.device, max(args.steps, 1), Path(args.profile))
+        ui.result(json.dumps(report) if args.json else demo_profile.to_markdown(report))
+        return ExitStatus.OK
 
     ui.progress(f"running the recsys encoder on {args.device} ({args.steps} steps per variant)")
     result = demo.run(args.device, max(args.steps, 2), compile_limit_s=args.compile_limit)

@@ -29,6 +29,7 @@ from pathlib import Path
 import torch
 
 from .pooling import SUPPORTED_DTYPES
+from .pooling import check_op_offsets
 from .pooling import interpreter_active
 
 LAUNCH_TABLE = Path(__file__).with_name("embedding_pool_launch.json")
@@ -295,7 +296,7 @@ def _check_offsets_within(offsets: torch.Tensor, rows: int) -> None:
 def embedding_partitioned_mean_op(table: torch.Tensor, ids: torch.Tensor, offsets: torch.Tensor) -> torch.Tensor:
     """out[b] = mean of table[ids[offsets[b]:offsets[b+1]]]: what the pass puts in place of embedding -> pool."""
     _check_types(table, ids, offsets)
-    _check_offsets_within(offsets, ids.shape[0])
+    check_op_offsets(ids.shape[0], offsets, lambda: _check_offsets_within(offsets, ids.shape[0]))
     return embedding_mean_forward(table, ids, offsets)
 
 

@@ -146,6 +146,27 @@ def check_offsets(values: torch.Tensor, offsets: torch.Tensor, whole: bool = Fal
         )
 
 
+def assert_offsets_on_device(offsets: torch.Tensor, rows: int, whole: bool = False) -> None:
+    """The op's value checks without a host read, for offsets on a GPU: `check_offsets` reads them back, which drains
+    the device queue on every call (the recsys demo's step ran three of those per forward). The condition is asserted
+    on the device instead (a device-side assert naming the rule, raised at the next sync); on the CPU the host checks
+    run as they cost nothing, with their precise messages."""
+    within = (offsets[0] == 0) & (offsets[-1] == rows) if whole else (offsets[0] >= 0) & (offsets[-1] <= rows)
+    if offsets.shape[0] > 1:
+        within = within & (offsets[1:] >= offsets[:-1]).all()
+    rule = "run from 0 to N" if whole else "lie within [0, N]"
+    torch._assert_async(within, f"liger_fuse: offsets must {rule} and never decrease")
+
+
+def check_op_offsets(values_rows: int, offsets: torch.Tensor, host_check, whole: bool = False) -> None:
+    """What the pass's ops check: the host's precise checks on the CPU, the device assert elsewhere."""
+    traced = torch.compiler.is_compiling() or isinstance(offsets, torch._subclasses.FakeTensor)
+    if offsets.device.type == "cpu" or traced or offsets.shape[0] == 0:
+        host_check()
+        return
+    assert_offsets_on_device(offsets, values_rows, whole)
+
+
 def _readable_in_pairs(values: torch.Tensor) -> bool:
     """bf16 rows of even width starting on a 4-byte boundary can be read as 32-bit words (allocations are aligned;
     an even element offset keeps them so). Under a trace with symbolic sizes this adds a guard (an odd width later
@@ -320,7 +341,8 @@ def _triton_dtype(dtype: torch.dtype):
 @torch.library.custom_op("liger_fuse::partitioned_mean", mutates_args=())
 def partitioned_mean_op(values: torch.Tensor, offsets: torch.Tensor) -> torch.Tensor:
     """What the pass calls: offsets within [0, N], never decreasing (rows outside them belong to no partition)."""
-    check_offsets(values, offsets)
+    _check(values, offsets)
+    check_op_offsets(values.shape[0], offsets, lambda: check_offsets(values, offsets))
     return partitioned_mean_forward(values, offsets)
 
 
@@ -366,7 +388,13 @@ def partitioned_mean(values: torch.Tensor, offsets: torch.Tensor) -> torch.Tenso
 @torch.library.custom_op("liger_fuse::grouped_partitioned_mean", mutates_args=())
 def grouped_partitioned_mean(values: list[torch.Tensor], offsets: list[torch.Tensor]) -> list[torch.Tensor]:
     for feature_values, feature_offsets in zip(values, offsets, strict=True):
-        check_offsets(feature_values, feature_offsets, whole=True)
+        _check(feature_values, feature_offsets)
+        check_op_offsets(
+            feature_values.shape[0],
+            feature_offsets,
+            lambda v=feature_values, o=feature_offsets: check_offsets(v, o, whole=True),
+            whole=True,
+        )
     return grouped_partitioned_mean_forward(values, offsets)
 
 

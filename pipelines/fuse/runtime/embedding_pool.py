@@ -29,7 +29,7 @@ from pathlib import Path
 import torch
 
 from .pooling import SUPPORTED_DTYPES
-from .pooling import check_op_offsets
+from .pooling import check_offset_values
 from .pooling import interpreter_active
 
 LAUNCH_TABLE = Path(__file__).with_name("embedding_pool_launch.json")
@@ -133,20 +133,6 @@ def _check_types(table: torch.Tensor, ids: torch.Tensor, offsets: torch.Tensor) 
         raise ValueError(
             f"table, ids and offsets must share a device, got {table.device}, {ids.device}, {offsets.device}"
         )
-
-
-def _check_offsets(offsets: torch.Tensor, rows: int) -> None:
-    """One sync: the first, the last and the position of the first decreasing step read back together."""
-    drops = (offsets[1:] < offsets[:-1]).to(torch.int8)
-    first_drop = torch.where(drops.any(), drops.argmax(), -1) if drops.numel() else offsets.new_tensor(-1)
-    first, last, at = torch.stack([offsets[0], offsets[-1], first_drop.to(offsets.dtype)]).tolist()
-    if first != 0:
-        raise ValueError(f"offsets must start at 0, got offsets[0]={first}")
-    if last != rows:
-        raise ValueError(f"offsets must end at N={rows} (the number of ids), got offsets[-1]={last}")
-    if at >= 0:
-        low, high = offsets[at : at + 2].tolist()
-        raise ValueError(f"offsets must not decrease: offsets[{at}]={low} > offsets[{at + 1}]={high}")
 
 
 def _check_ids(ids: torch.Tensor, vocabulary: int) -> None:
@@ -278,17 +264,6 @@ class EmbeddingPartitionedMean(torch.autograd.Function):
         return grad_table, None, None, None
 
 
-def _check_offsets_within(offsets: torch.Tensor, rows: int) -> None:
-    """What the pass's op asks (one sync): offsets within [0, N], never decreasing; rows before the first or after
-    the last belong to no partition, as in a loop over slices."""
-    drops = (offsets[1:] < offsets[:-1]).any() if offsets.numel() > 1 else offsets.new_tensor(False)
-    first, last, decreasing = torch.stack([offsets[0], offsets[-1], drops.to(offsets.dtype)]).tolist()
-    if first < 0 or last > rows:
-        raise ValueError(f"offsets must lie within [0, N={rows}] (the number of ids), got {first}..{last}")
-    if decreasing:
-        raise ValueError("offsets must not decrease")
-
-
 # --- opaque custom ops: what torch.compile (and the pass's replacement) calls; fake = shapes only -------------
 
 
@@ -296,7 +271,7 @@ def _check_offsets_within(offsets: torch.Tensor, rows: int) -> None:
 def embedding_partitioned_mean_op(table: torch.Tensor, ids: torch.Tensor, offsets: torch.Tensor) -> torch.Tensor:
     """out[b] = mean of table[ids[offsets[b]:offsets[b+1]]]: what the pass puts in place of embedding -> pool."""
     _check_types(table, ids, offsets)
-    check_op_offsets(ids.shape[0], offsets, lambda: _check_offsets_within(offsets, ids.shape[0]))
+    check_offset_values(offsets, ids.shape[0], rows_are="the number of ids", on_device=True)
     return embedding_mean_forward(table, ids, offsets)
 
 
@@ -342,7 +317,7 @@ def embedding_partitioned_mean(
     _check_types(table, ids, offsets)
     if table.device.type != "cuda" and not interpreter_active():
         raise RuntimeError(f"the Triton kernel needs a CUDA tensor or TRITON_INTERPRET=1, got {table.device}")
-    _check_offsets(offsets, ids.shape[0])
+    check_offset_values(offsets, ids.shape[0], whole=True, rows_are="the number of ids")
     if check_ids:
         _check_ids(ids, table.shape[0])
     return embedding_partitioned_mean_op(table, ids, offsets)

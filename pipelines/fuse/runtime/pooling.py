@@ -122,49 +122,48 @@ def _check(values: torch.Tensor, offsets: torch.Tensor) -> None:
     )
 
 
-def check_offsets(values: torch.Tensor, offsets: torch.Tensor, whole: bool = False) -> None:
-    """The value checks (one device sync): offsets never decrease and stay within [0, N], so no partition reads
-    outside `values`; `whole` (the public entry points) also asks them to start at 0 and end at N, so every row
-    belongs to a partition. The op the pass calls keeps the wider definition (rows before offsets[0] or after
-    offsets[-1] belong to no partition, as a loop over slices has it). Under a trace the values are unknown."""
+def check_offsets(values: torch.Tensor, offsets: torch.Tensor, whole: bool = False, on_device: bool = False) -> None:
+    """`_check`'s shapes and dtypes, then `check_offset_values` against values' rows."""
     _check(values, offsets)
+    check_offset_values(offsets, values.shape[0], whole=whole, on_device=on_device)
+
+
+def check_offset_values(
+    offsets: torch.Tensor, rows: int, whole: bool = False, rows_are: str = "values' rows", on_device: bool = False
+) -> None:
+    """The value checks: offsets never decrease and stay within [0, N], so no partition reads outside the rows;
+    `whole` (the public entry points) also asks them to start at 0 and end at N, so every row belongs to a partition.
+    The ops the pass calls keep the wider definition (rows before offsets[0] or after offsets[-1] belong to no
+    partition, as a loop over slices has it). One host read of three values; under a trace the values are unknown.
+    `on_device` (the pass's ops): off the CPU the same conditions are asserted on the device instead, as a host read
+    drains the device queue on every call (the recsys demo's step ran three per forward)."""
     if torch.compiler.is_compiling() or isinstance(offsets, torch._subclasses.FakeTensor):
         return
-    rows = values.shape[0]
-    first, last = int(offsets[0]), int(offsets[-1])
+    if on_device and offsets.device.type != "cpu":
+        assert_offsets_on_device(offsets, rows, whole)
+        return
+    drops = (offsets[1:] < offsets[:-1]).to(torch.int8)
+    first_drop = torch.where(drops.any(), drops.argmax(), -1) if drops.numel() else offsets.new_tensor(-1)
+    first, last, at = torch.stack([offsets[0], offsets[-1], first_drop.to(offsets.dtype)]).tolist()
     if whole and first != 0:
         raise ValueError(f"offsets must start at 0, got offsets[0]={first}")
     if whole and last != rows:
-        raise ValueError(f"offsets must end at N={rows} (values' rows), got offsets[-1]={last}")
+        raise ValueError(f"offsets must end at N={rows} ({rows_are}), got offsets[-1]={last}")
     if first < 0 or last > rows:
-        raise ValueError(f"offsets must lie within [0, N={rows}] (values' rows), got {first}..{last}")
-    steps = offsets[1:] - offsets[:-1]
-    if bool((steps < 0).any()):
-        at = int(torch.nonzero(steps < 0)[0, 0])
-        raise ValueError(
-            f"offsets must not decrease: offsets[{at}]={int(offsets[at])} > offsets[{at + 1}]={int(offsets[at + 1])}"
-        )
+        raise ValueError(f"offsets must lie within [0, N={rows}] ({rows_are}), got {first}..{last}")
+    if at >= 0:
+        low, high = offsets[at : at + 2].tolist()
+        raise ValueError(f"offsets must not decrease: offsets[{at}]={low} > offsets[{at + 1}]={high}")
 
 
 def assert_offsets_on_device(offsets: torch.Tensor, rows: int, whole: bool = False) -> None:
-    """The op's value checks without a host read, for offsets on a GPU: `check_offsets` reads them back, which drains
-    the device queue on every call (the recsys demo's step ran three of those per forward). The condition is asserted
-    on the device instead (a device-side assert naming the rule, raised at the next sync); on the CPU the host checks
-    run as they cost nothing, with their precise messages."""
+    """`check_offset_values`' conditions without a host read: one device-side assert naming the rule, raised at the
+    next sync."""
     within = (offsets[0] == 0) & (offsets[-1] == rows) if whole else (offsets[0] >= 0) & (offsets[-1] <= rows)
     if offsets.shape[0] > 1:
         within = within & (offsets[1:] >= offsets[:-1]).all()
     rule = "run from 0 to N" if whole else "lie within [0, N]"
     torch._assert_async(within, f"liger_fuse: offsets must {rule} and never decrease")
-
-
-def check_op_offsets(values_rows: int, offsets: torch.Tensor, host_check, whole: bool = False) -> None:
-    """What the pass's ops check: the host's precise checks on the CPU, the device assert elsewhere."""
-    traced = torch.compiler.is_compiling() or isinstance(offsets, torch._subclasses.FakeTensor)
-    if offsets.device.type == "cpu" or traced or offsets.shape[0] == 0:
-        host_check()
-        return
-    assert_offsets_on_device(offsets, values_rows, whole)
 
 
 def _readable_in_pairs(values: torch.Tensor) -> bool:
@@ -341,8 +340,7 @@ def _triton_dtype(dtype: torch.dtype):
 @torch.library.custom_op("liger_fuse::partitioned_mean", mutates_args=())
 def partitioned_mean_op(values: torch.Tensor, offsets: torch.Tensor) -> torch.Tensor:
     """What the pass calls: offsets within [0, N], never decreasing (rows outside them belong to no partition)."""
-    _check(values, offsets)
-    check_op_offsets(values.shape[0], offsets, lambda: check_offsets(values, offsets))
+    check_offsets(values, offsets, on_device=True)
     return partitioned_mean_forward(values, offsets)
 
 
@@ -388,13 +386,7 @@ def partitioned_mean(values: torch.Tensor, offsets: torch.Tensor) -> torch.Tenso
 @torch.library.custom_op("liger_fuse::grouped_partitioned_mean", mutates_args=())
 def grouped_partitioned_mean(values: list[torch.Tensor], offsets: list[torch.Tensor]) -> list[torch.Tensor]:
     for feature_values, feature_offsets in zip(values, offsets, strict=True):
-        _check(feature_values, feature_offsets)
-        check_op_offsets(
-            feature_values.shape[0],
-            feature_offsets,
-            lambda v=feature_values, o=feature_offsets: check_offsets(v, o, whole=True),
-            whole=True,
-        )
+        check_offsets(feature_values, feature_offsets, whole=True, on_device=True)
     return grouped_partitioned_mean_forward(values, offsets)
 
 

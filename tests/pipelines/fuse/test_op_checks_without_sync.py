@@ -33,9 +33,11 @@ def test_the_device_assert_refuses_bad_offsets_without_reading_them(monkeypatch,
 def test_offsets_off_the_cpu_take_the_device_assert_and_cpu_ones_the_precise_checks(monkeypatch):
     taken = []
     monkeypatch.setattr(pooling, "assert_offsets_on_device", lambda offsets, rows, whole: taken.append("device"))
-    pooling.check_op_offsets(5, torch.empty(4, dtype=torch.int64, device="meta"), lambda: taken.append("host"))
-    pooling.check_op_offsets(5, torch.tensor([0, 5]), lambda: taken.append("host"))
-    assert taken == ["device", "host"]
+    pooling.check_offset_values(torch.empty(4, dtype=torch.int64, device="meta"), 5, on_device=True)
+    assert taken == ["device"]
+    with pytest.raises(ValueError, match=r"offsets must lie within \[0, N=5\] \(values' rows\), got 0..6"):
+        pooling.check_offset_values(torch.tensor([0, 6]), 5, on_device=True)  # the CPU: the precise host check
+    assert taken == ["device"]
 
 
 def test_the_ops_still_refuse_bad_offsets_on_the_cpu_with_the_precise_message():

@@ -1395,13 +1395,11 @@ def reference_tolerances(
     parents = _parent_cases(setups, list(full), plan)
     if not parents:
         return floor
-    lr, *tolerances = _segments(source, full[parents[0]])
-    loosest = [_looser(theirs, ours) for theirs, ours in zip(tolerances, floor[1:], strict=True)]
-    for other in parents[1:]:  # a model built on several (gemma4_unified: gemma2's layer, gemma4's causal LM)
-        loosest = [
-            _looser(theirs, ours) for theirs, ours in zip(_segments(source, full[other])[1:], loosest, strict=True)
-        ]
-    return [lr, *loosest]
+    entries = [_segments(source, full[name]) for name in parents]
+    loosest = floor[1:]
+    for _, *tolerances in entries:  # a model built on several (gemma4_unified: gemma2's layer, gemma4's causal LM)
+        loosest = [_looser(theirs, ours) for theirs, ours in zip(tolerances, loosest, strict=True)]
+    return [entries[0][0], *loosest]
 
 
 def _enabled_cases(cases: list[ast.expr]) -> dict[str, ast.expr]:

@@ -4,8 +4,8 @@ The same model, batches and train step as `demo.run` (pipelines/fuse/recsys.py),
 eager, EmbeddingBag under torch.compile, the naive loop compiled with our pass. Each is warmed up (compiled) first,
 then `steps` steps run under the profiler, each step synced so the wall per step is the step's own. Written to DIR:
 profile.json and profile.md with, per variant, the wall per step, the device busy time per step (the union of the
-kernel intervals; wall minus busy is the time the GPU waited on the host), kernel launches per step and the top
-kernels (count, total us). On a CPU host only CPU activity is recorded: the top ops by self CPU time instead.
+kernel intervals; wall minus busy is the time the GPU waited on the host), kernel launches per step, the top
+kernels (count, total us) and the host ops with the most self CPU time per step. On a CPU host only CPU activity is recorded: the top ops by self CPU time instead.
 """
 
 from __future__ import annotations
@@ -83,6 +83,7 @@ def _summarise(prof, steps: int, wall_ms: list[float], device: str) -> dict:
             device_events_per_step=round(len(kernels) / steps, 2),
             kernel_launches_per_step=round(launches, 2),
             top=[{"name": n[:90], "count": int(c), "total_us": round(t, 1)} for n, (c, t) in rows],
+            host_top=_host_top(prof, steps),
         )
     else:
         averages = sorted(prof.key_averages(), key=lambda a: -a.self_cpu_time_total)[:TOP]
@@ -94,6 +95,22 @@ def _summarise(prof, steps: int, wall_ms: list[float], device: str) -> dict:
             ],
         )
     return result
+
+
+def _host_top(prof, steps: int) -> list[dict]:
+    """The host side of a CUDA step: the ops and runtime calls with the most self CPU time, per step, so a host-bound
+    step (wall far above GPU busy) says where its host time goes (dispatch, Triton's launcher, guards, the optimizer)."""
+    averages = [a for a in prof.key_averages() if a.self_cpu_time_total > 0]
+    averages.sort(key=lambda a: -a.self_cpu_time_total)
+    return [
+        {
+            "name": a.key[:90],
+            "calls_per_step": round(a.count / steps, 2),
+            "self_us_per_step": round(a.self_cpu_time_total / steps, 1),
+            "total_us_per_step": round(a.cpu_time_total / steps, 1),
+        }
+        for a in averages[:TOP]
+    ]
 
 
 def profile(device: str, steps: int, out_dir: Path, inner: str | None = None, warmup: int = 3) -> dict:
@@ -151,6 +168,13 @@ def to_markdown(report: dict) -> str:
     for name, v in report["variants"].items():
         lines += ["", f"## {name}: top {'kernels' if cuda else 'ops (self CPU)'}", "", "| name | count | total us |"]
         lines += ["|---|---|---|"] + [f"| `{r['name']}` | {r['count']} | {r['total_us']} |" for r in v["top"]]
+        if v.get("host_top"):
+            lines += ["", f"## {name}: host time per step (self CPU)", ""]
+            lines += ["| name | calls/step | self us/step | total us/step |", "|---|---|---|---|"]
+            lines += [
+                f"| `{r['name']}` | {r['calls_per_step']:g} | {r['self_us_per_step']} | {r['total_us_per_step']} |"
+                for r in v["host_top"]
+            ]
     return "\n".join(lines) + "\n"
 
 

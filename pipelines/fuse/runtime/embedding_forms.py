@@ -34,12 +34,16 @@ from .patterns import Match
 NAME = "embedding_partitioned_mean"
 POOLED_FAMILY = "partitioned_mean"  # the replacements whose values the gather can take over
 POOL_OPS = (torch.ops.liger_fuse.partitioned_mean, torch.ops.liger_fuse.partitioned_mean.default)
+SPARSE_REASON = (
+    "sparse=True asks for a sparse table gradient: the pass's compiled backward is dense "
+    "(eager embedding_partitioned_mean(..., sparse=True) gives the sparse one)"
+)
 # F.embedding's arguments after (input, weight): (position, name, the value the fused kernel assumes, why not)
 _EMBEDDING_DEFAULTS = (
     (2, "padding_idx", None, "padding_idx is set (its row's gradient must stay zero): the kernel does not skip it"),
     (3, "max_norm", None, "max_norm renormalises the table's rows in place: the kernel does not"),
     (5, "scale_grad_by_freq", False, "scale_grad_by_freq scales the gradient by id counts: the kernel does not"),
-    (6, "sparse", False, "sparse=True asks for a sparse table gradient: the kernel writes a dense one"),
+    (6, "sparse", False, SPARSE_REASON),
 )
 OTHER_USER_REASON = "the embedding's [N, D] rows have another user: they are written anyway"
 

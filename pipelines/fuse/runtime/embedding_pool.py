@@ -307,19 +307,24 @@ embedding_partitioned_mean_op.register_autograd(_backward, setup_context=_setup_
 
 
 def embedding_partitioned_mean(
-    table: torch.Tensor, ids: torch.Tensor, offsets: torch.Tensor, check_ids: bool = False
+    table: torch.Tensor, ids: torch.Tensor, offsets: torch.Tensor, check_ids: bool = False, sparse: bool = False
 ) -> torch.Tensor:
     """out[b] = mean of table[ids[offsets[b]:offsets[b+1]]], zeros where the partition is empty.
 
     table [V, D] fp32 / bf16 / fp16 (a CUDA tensor, or a CPU one under TRITON_INTERPRET=1); ids [N] int32 / int64;
     offsets [B+1] int32 / int64 from 0 to N, never decreasing. Anything else is refused with the reason; ids are
-    range-checked only with `check_ids=True` (a device sync)."""
+    range-checked only with `check_ids=True` (a device sync). `sparse=True`: the table's gradient is a sparse COO
+    tensor, as `nn.EmbeddingBag(..., sparse=True)` gives (embedding_pool_sparse.py; eager only)."""
     _check_types(table, ids, offsets)
     if table.device.type != "cuda" and not interpreter_active():
         raise RuntimeError(f"the Triton kernel needs a CUDA tensor or TRITON_INTERPRET=1, got {table.device}")
     check_offset_values(offsets, ids.shape[0], whole=True, rows_are="the number of ids")
     if check_ids:
         _check_ids(ids, table.shape[0])
+    if sparse:
+        from .embedding_pool_sparse import EmbeddingPartitionedMeanSparse
+
+        return EmbeddingPartitionedMeanSparse.apply(table, ids, offsets)
     return embedding_partitioned_mean_op(table, ids, offsets)
 
 

@@ -573,7 +573,7 @@ def markdown(report: dict) -> str:
         )
         cells = " | ".join(cell(r.get(n)) for n in grid_names)
         lines.append(f"| {r['B']} | {r['mean_length']} | {r['D']} | {r['dtype']} | {cells} | {ratio} | {pct} |")
-    lines += ["", "## Skipped", ""] + [f"- {s}" for s in report["skipped"]] + [""]
+    lines += ["", "## Skipped", ""] + [f"- {s}" for s in report.get("skipped", [])] + [""]
     return "\n".join(lines)
 
 
@@ -585,10 +585,13 @@ def main(argv=None) -> int:
     parser.add_argument("--write-launch", action="store_true", help="rewrite the runtime's embedding_pool_launch.json")
     parser.add_argument("--sections", nargs="+", choices=SECTIONS, default=list(SECTIONS))
     parser.add_argument("--dtypes", nargs="+", choices=list(ALL_DTYPES), default=list(DTYPES), help="grid dtypes")
+    parser.add_argument("--graph-ms", type=float, default=10.0, help="GPU time of one timing graph (ms)")
+    parser.add_argument("--replays", type=int, default=5, help="replays of each timing graph (the median is kept)")
     args = parser.parse_args(argv)
     args.out.mkdir(parents=True, exist_ok=True)
-    # half graph_timing's defaults (10 ms graphs, 5 replays): ~400 timed passes must fit the budget
-    graph_timing.GRAPH_REP_MS, graph_timing.GRAPH_REPLAYS = 10, 5
+    # half graph_timing's defaults by default (10 ms graphs, 5 replays): ~400 timed passes must fit the budget;
+    # the short-partition grid (~2,100 passes) takes --graph-ms 5
+    graph_timing.GRAPH_REP_MS, graph_timing.GRAPH_REPLAYS = args.graph_ms, args.replays
     clock = Clock(args.budget_s)
     import triton
 
@@ -597,6 +600,8 @@ def main(argv=None) -> int:
         "torch": torch.__version__,
         "triton": triton.__version__,
         "sections": args.sections,
+        "graph_ms": args.graph_ms,
+        "replays": args.replays,
         "skipped": [],
         "errors": [],
     }

@@ -2,7 +2,10 @@
 
 `liger_fuse::partitioned_mean(values [N, D], offsets [B+1]) -> [B, D]` and the grouped form
 `liger_fuse::grouped_partitioned_mean(values[], offsets[]) -> out[]`, one Triton launch forward and one backward
-(the forward also clears a B-entry int32 counter array that only partitions longer than R rows use).
+(the tile kernels' forward also clears a B-entry int32 counter array that only partitions longer than R rows use).
+The launch follows the shape (`short_config`): up to a mean length N / B of SHORT_MEAN_LENGTH the short design of
+pooling_short_kernels.py (a block of partitions per program, one kernel each way, nothing to clear), above it the
+tile kernels of pooling_kernels.py (long partitions split over programs); the grouped form keeps the tile kernels.
 
 Every op is an opaque `torch.library.custom_op` with a fake implementation computed from shapes only ([B, D],
 B = offsets.shape[0] - 1) and a registered autograd: no trace (Dynamo, AOTAutograd's functionalisation, Inductor)
@@ -260,19 +263,22 @@ def partitioned_mean_backward(
 
 SHORT_MEAN_LENGTH = 32  # up to this mean length N / B the short design; above it the tile kernel (or span)
 SHORT_CAP = 128  # rows the block loop walks at most; a longer partition's rest is summed in row tiles after it
-SHORT_STEP_BYTES = 4096  # bytes a program loads per step (PARTS x BLOCK_D x UNROLL values): 32 B a thread of 4
-# warps, each value with its own 64-bit address (at 16 KB, [64, 128] bf16 spilled 77 KB: sm_90 ptxas -v)
+SHORT_STEP_BYTES = 4096  # bytes a program loads per step (PARTS x BLOCK_D x UNROLL values), 8 values a thread,
+# each with its own 64-bit address (at 16 KB on 4 warps, [64, 128] bf16 spilled 77 KB; at 4 KB on 4 warps bf16 took
+# 142 registers, on 8 warps 78: sm_90 ptxas -v, benchmarks/NOTES.md twelfth session)
 SHORT_MIN_PROGRAMS = 2048  # fewer partitions per program until the launch has this many (16 per H200 SM)
+SHORT_MAX_UNROLL = 16  # rows of each partition a step loads: about 2 steps at uniform lengths [0, 2L], L <= 16
 SHORT_MAX_PARTS = 64  # [128, 16] bf16 spilled (sm_90 ptxas -v); more partitions a program, more per-row state
 
 
 def short_config(partitions, rows, width, dtype: torch.dtype, device: torch.device, force: bool = False) -> dict | None:
     """The short design's launch from the shape alone, or None where the mean length N / B exceeds
-    SHORT_MEAN_LENGTH (unless `force`). UNROLL follows the mean length (1 row per step at L = 1, up to 4), PARTS
-    fills SHORT_STEP_BYTES per step (64 partitions of D = 16 fp32 at L = 1) and halves until the launch has
-    SHORT_MIN_PROGRAMS programs (few partitions, or wide rows split over column blocks), num_warps follows the
-    step's bytes (1 KB a warp: a [1, 16] block is one warp). Sizes must be numbers: under a trace with symbolic sizes the
-    comparisons would add guards, so there the previous launch stands."""
+    SHORT_MEAN_LENGTH (unless `force`). UNROLL follows the mean length (1 row per step at L = 1, up to 16, so a
+    block's loop takes about two steps), PARTS fills the rest of SHORT_STEP_BYTES per step (64 partitions of
+    D = 16 fp32 at L = 1) and halves until the launch has SHORT_MIN_PROGRAMS programs (few partitions, or wide rows
+    split over column blocks), num_warps the step's values (256 a warp, up to 8: a [1, 16] block is one warp).
+    Sizes must be numbers: under a trace with symbolic sizes the comparisons would add guards, so there the
+    previous launch stands."""
     if not all(isinstance(size, int) for size in (partitions, rows, width)) or partitions == 0:
         return None
     if rows > SHORT_MEAN_LENGTH * partitions and not force:
@@ -280,14 +286,14 @@ def short_config(partitions, rows, width, dtype: torch.dtype, device: torch.devi
     mean_length = max(rows / partitions, 1.0)
     itemsize = dtype.itemsize
     block_d = min(256, triton_next_power_of_2(width))
-    unroll = min(4, triton_next_power_of_2(math.ceil(mean_length)))
     step = SHORT_STEP_BYTES // itemsize  # values per step
+    unroll = min(SHORT_MAX_UNROLL, triton_next_power_of_2(math.ceil(mean_length)), max(1, step // block_d))
     parts = max(1, min(SHORT_MAX_PARTS, step // (block_d * unroll)))
     column_blocks = _cdiv(width, block_d)
     if device.type == "cuda":  # the interpreter prefers few, large programs
         while parts > 1 and _cdiv(partitions, parts) * column_blocks < SHORT_MIN_PROGRAMS:
             parts //= 2
-    warps = max(1, min(4, parts * block_d * unroll * itemsize // 1024))
+    warps = max(1, min(8, parts * block_d * unroll // 256))
     # a long partition's row tiles: about 8 values a thread (the block's registers are free by then)
     tail_rows = max(1, warps * 256 // block_d)
     config = {"PARTS": parts, "BLOCK_D": block_d, "UNROLL": unroll, "CAP": SHORT_CAP, "TAIL_N": tail_rows}

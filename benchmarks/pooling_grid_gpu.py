@@ -49,6 +49,7 @@ RECSYS = [(b, length, d) for d in (64, 128, 256) for b in (1024, 16384, 262144) 
 GRID_B = (1, 64, 1024, 16384, 262144)
 GRID_LENGTH = (1, 4, 16, 200, 2000)
 GRID_D = (16, 64, 128, 256, 1024)
+DEVICE = "cuda"  # the CPU test of the designs' correctness and a grid row sets "cpu" (the interpreter)
 BASELINES = ("segment_reduce", "index_add", "embedding_bag")
 DESIGNS = ("ours", "previous", "short")  # the rule; the launch before the short design; the short design forced
 
@@ -63,12 +64,12 @@ class Clock:
 
 def batch(partitions: int, mean_length: int, vocab: int, seed: int = 0):
     """Lengths uniform in [0, 2 * mean] (so some partitions are empty), ids uniform over the table."""
-    g = torch.Generator(device="cuda").manual_seed(seed)
-    lengths = torch.randint(0, 2 * mean_length + 1, (partitions,), device="cuda", generator=g)
-    offsets = torch.zeros(partitions + 1, dtype=torch.int64, device="cuda")
+    g = torch.Generator(device=DEVICE).manual_seed(seed)
+    lengths = torch.randint(0, 2 * mean_length + 1, (partitions,), device=DEVICE, generator=g)
+    offsets = torch.zeros(partitions + 1, dtype=torch.int64, device=DEVICE)
     offsets[1:] = lengths.cumsum(0)
     rows = int(offsets[-1])
-    ids = torch.randint(0, vocab, (rows,), device="cuda", generator=g)
+    ids = torch.randint(0, vocab, (rows,), device=DEVICE, generator=g)
     return ids, offsets, lengths
 
 
@@ -263,12 +264,12 @@ def short_correctness(clock: Clock) -> list[dict]:
                 offsets[1:] = lengths.cumsum(0)
             n = int(offsets[-1])
             offsets = offsets.to(torch.int32) if int32 else offsets
-            values = torch.randn(n, d, device="cuda").to(dtype)
-            owner = torch.repeat_interleave(torch.arange(b, device="cuda"), lengths, output_size=n)
+            values = torch.randn(n, d, device=DEVICE).to(dtype)
+            owner = torch.repeat_interleave(torch.arange(b, device=DEVICE), lengths, output_size=n)
             counts = lengths.clamp(min=1).double().unsqueeze(1)
             exact = values.double().requires_grad_()
             ref = exact.new_zeros(b, d).index_add(0, owner, exact) / counts
-            grad = torch.randn(b, d, device="cuda").to(dtype)
+            grad = torch.randn(b, d, device=DEVICE).to(dtype)
             ref.backward(grad.double())
             row = {"B": b, "mean_length": length, "D": d, "dtype": dtype_name, "long": long_one, "int32": int32}
             for design, short in (("ours", None), ("previous", False), ("short", True)):
@@ -370,7 +371,7 @@ def copy_bandwidth_gbs() -> float:
 
 def operands(b, length, d, dtype, vocab):
     ids, offsets, lengths = batch(b, length, vocab)
-    owner = torch.repeat_interleave(torch.arange(b, device="cuda"), lengths, output_size=ids.shape[0])
+    owner = torch.repeat_interleave(torch.arange(b, device=DEVICE), lengths, output_size=ids.shape[0])
     counts = lengths.clamp(min=1).to(dtype)
     return ids, offsets, owner, counts
 
@@ -443,11 +444,11 @@ def grid_row(b: int, length: int, d: int, dtype_name: str, label: str, copy_gbs:
     dtype = ALL_DTYPES[dtype_name]
     _, offsets, owner, counts = operands(b, length, d, dtype, 1)
     n = owner.shape[0]
-    values = torch.randn(n, d, device="cuda", dtype=dtype, requires_grad=True)
-    rows = torch.arange(n, device="cuda")
+    values = torch.randn(n, d, device=DEVICE, dtype=dtype, requires_grad=True)
+    rows = torch.arange(n, device=DEVICE)
     moved = (values.numel() + b * d) * dtype.itemsize
     row = {"B": b, "mean_length": length, "D": d, "dtype": dtype_name, "N": n, "bytes": moved}
-    row["launch"] = pooling.short_config(b, n, d, dtype, torch.device("cuda")) or "previous"
+    row["launch"] = pooling.short_config(b, n, d, dtype, torch.device("cuda")) or "previous"  # the GPU's
     for name, fn in grid_variants(b, n, length, d, dtype).items():
         if isinstance(fn, str):
             row[name] = fn

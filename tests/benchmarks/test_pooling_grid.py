@@ -1,16 +1,25 @@
 """The pooling grid's bookkeeping (benchmarks/pooling_grid_gpu.py) on the CPU: which designs a cell times, and the
-win counts the lead reads to choose between them."""
+win counts the lead reads to choose between them. (Its correctness section runs under the interpreter in
+tests/pipelines/fuse/test_pooling_short.py.)"""
 
+import pytest
 import torch
 
-from benchmarks import pooling_grid_gpu as grid
+
+@pytest.fixture(name="grid")
+def _grid():
+    # imported when the test runs, not at collection: the module imports triton, and a worker must import it only
+    # after tests/pipelines/fuse/conftest.py has switched the interpreter on for that folder's tests
+    from benchmarks import pooling_grid_gpu
+
+    return pooling_grid_gpu
 
 
 def _timed(forward, full):
     return {"forward_ms": forward, "full_ms": full, "method": "cudagraph"}
 
 
-def test_a_cell_times_the_previous_launch_where_the_rule_changed_it_and_the_short_design_where_it_did_not():
+def test_a_cell_times_the_previous_launch_where_the_rule_changed_it_and_the_short_design_where_it_did_not(grid):
     short_cell = grid.grid_variants(16384, 16384, 1, 16, torch.float32)
     assert callable(short_cell["previous"]) and short_cell["short"] == "same launch as ours"
     long_cell = grid.grid_variants(1024, 1024 * 200, 200, 64, torch.bfloat16)
@@ -20,7 +29,7 @@ def test_a_cell_times_the_previous_launch_where_the_rule_changed_it_and_the_shor
     assert all(callable(short_cell[name]) for name in ("ours", *grid.BASELINES))
 
 
-def test_win_counts_compare_each_design_with_the_best_baseline_timed():
+def test_win_counts_compare_each_design_with_the_best_baseline_timed(grid):
     rows = [
         {  # ours wins forward (1.0 < 1.2), loses full (2.0 > 1.9); previous loses both
             **{"B": 16384, "D": 16, "dtype": "fp32", "mean_length": 1},

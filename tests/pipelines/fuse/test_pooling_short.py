@@ -124,3 +124,21 @@ def test_cuda_short_launch_names_every_kernel_argument(backward):
     positional = 6 if backward else 5  # tensors and sizes, passed in order by _short_forward / _short_backward
     config = pooling.short_config(16384, 4 * 16384, 64, torch.bfloat16, CUDA)
     assert set(kernel.arg_names[positional:]) == set(config) - {"num_warps"}
+
+
+def test_the_gpu_scripts_design_check_and_grid_row_run_on_the_interpreter(monkeypatch):
+    # what the H200 call runs first: every design against float64, every dtype, a partition past SHORT_CAP, int32
+    # offsets; then one grid row with its timing stubbed (the variants it times and the row it writes)
+    from benchmarks import pooling_grid_gpu as grid
+
+    monkeypatch.setattr(grid, "DEVICE", "cpu")
+    monkeypatch.setattr(grid, "SHORT_CASES", [(5, 2, 12, True, True)])
+    monkeypatch.setattr(grid, "ALL_DTYPES", {"fp32": torch.float32, "bf16": torch.bfloat16})
+    rows = grid.short_correctness(grid.Clock(60))
+    assert [r["dtype"] for r in rows] == ["fp32", "bf16"] and all(r["ok"] for r in rows), rows
+    assert all(r[design]["forward_rel_err"] < 1e-2 for r in rows for design in grid.DESIGNS)
+    timed = []
+    monkeypatch.setattr(grid, "timed_both", lambda call, leaf, label: timed.append(call()) or {"forward_ms": 1.0})
+    row = grid.grid_row(6, 2, 12, "fp32", "cell", copy_gbs=1.0)
+    assert row["short"] == "same launch as ours" and row["launch"]["PARTS"] >= 1
+    assert len(timed) == 5 and all(out.shape == (6, 12) for out in timed)

@@ -3,17 +3,18 @@ a shape grid. One process, about 300 s on an H200 with every section:
 
     python -m benchmarks.pooling_grid_gpu --out DIR [--write-launch] [--budget-s 280] [--sections ...]
 
-`--sections correctness grid` (about 200 s) is the short-partition run of issue 13: the partitioned mean's launch
-rule ("ours": the short design at mean length <= pooling.SHORT_MEAN_LENGTH, the previous launch above) beside the
-previous launch alone ("previous": tile kernel, span at B >= 4096 short), the short design forced where the rule
-does not take it ("short", at mean length 200), segment_reduce, index_add and embedding_bag, at every cell.
+`--sections short_correctness skew grid --graph-ms 5` (about 210 s) is the short-partition run of issue 13: the
+partitioned mean's launch rule ("ours": the short design at mean length <= pooling.SHORT_MEAN_LENGTH, the previous
+launch above) beside the previous launch alone ("previous": tile kernel, span at B >= 4096 short), the short design
+forced where the rule does not take it ("short", at mean length 200), segment_reduce, index_add and embedding_bag,
+at every cell; `skew` times a few short-mean cells with one long partition (the short design's weak case).
 
 1. correctness: the fused kernel against nn.EmbeddingBag(mode="mean") (float64 reference), forward and table grad;
 2. launch tuning: per shape bucket the recsys shapes hit, candidate launches timed forward + backward; the best goes
    to DIR/embedding_pool_launch.json (with --write-launch also over pipelines/fuse/runtime/embedding_pool_launch.json);
 3. recsys shapes (V=200k; D 64/128/256; B 1024/16384/262144; mean length 4/16/200): forward and forward + backward
    of fused, embedding + our partitioned mean, EmbeddingBag, embedding + segment_reduce, embedding + index_add;
-4. grid: our partitioned mean (rule, previous launch, short design forced) against segment_reduce, index_add and
+4. skew and grid: our partitioned mean (rule, previous launch, short design forced) against segment_reduce, index_add and
    embedding_bag, B x mean length x D x fp32/bf16 where the values fit in 4 GB, with % of copy bandwidth for cells
    moving over 64 MB; cells past the time budget are listed as skipped; win counts per design and mean length.
 
@@ -44,7 +45,7 @@ VALUES_LIMIT = 4 << 30  # bytes of [N, D] values a cell may hold
 BANDWIDTH_BYTES = 64 << 20  # cells moving more than this get a % of copy bandwidth
 DTYPES = {"fp32": torch.float32, "bf16": torch.bfloat16}
 ALL_DTYPES = {**DTYPES, "fp16": torch.float16}
-SECTIONS = ("correctness", "short_correctness", "tuning", "copy_gbs", "recsys", "grid")
+SECTIONS = ("correctness", "short_correctness", "tuning", "copy_gbs", "recsys", "skew", "grid")
 RECSYS = [(b, length, d) for d in (64, 128, 256) for b in (1024, 16384, 262144) for length in (4, 16, 200)]
 GRID_B = (1, 64, 1024, 16384, 262144)
 GRID_LENGTH = (1, 4, 16, 200, 2000)
@@ -369,9 +370,13 @@ def copy_bandwidth_gbs() -> float:
     return 2 * src.numel() * 4 / ms / 1e6
 
 
-def operands(b, length, d, dtype, vocab):
+def operands(b, length, d, dtype, vocab, long_rows: int = 0):
+    """(ids, offsets, owner, counts); `long_rows` makes partition B // 2 that long (the ids then stay unset)."""
     ids, offsets, lengths = batch(b, length, vocab)
-    owner = torch.repeat_interleave(torch.arange(b, device=DEVICE), lengths, output_size=ids.shape[0])
+    if long_rows:
+        lengths[b // 2] = long_rows
+        offsets[1:] = lengths.cumsum(0)
+    owner = torch.repeat_interleave(torch.arange(b, device=DEVICE), lengths, output_size=int(offsets[-1]))
     counts = lengths.clamp(min=1).to(dtype)
     return ids, offsets, owner, counts
 
@@ -440,14 +445,16 @@ def grid(clock: Clock, copy_gbs: float, dtypes=DTYPES) -> tuple[list[dict], list
     return rows, skipped
 
 
-def grid_row(b: int, length: int, d: int, dtype_name: str, label: str, copy_gbs: float) -> dict:
+def grid_row(b: int, length: int, d: int, dtype_name: str, label: str, copy_gbs: float, long_rows: int = 0) -> dict:
     dtype = ALL_DTYPES[dtype_name]
-    _, offsets, owner, counts = operands(b, length, d, dtype, 1)
+    _, offsets, owner, counts = operands(b, length, d, dtype, 1, long_rows)
     n = owner.shape[0]
     values = torch.randn(n, d, device=DEVICE, dtype=dtype, requires_grad=True)
     rows = torch.arange(n, device=DEVICE)
     moved = (values.numel() + b * d) * dtype.itemsize
     row = {"B": b, "mean_length": length, "D": d, "dtype": dtype_name, "N": n, "bytes": moved}
+    if long_rows:
+        row["long_rows"] = long_rows
     row["launch"] = pooling.short_config(b, n, d, dtype, torch.device("cuda")) or "previous"  # the GPU's
     for name, fn in grid_variants(b, n, length, d, dtype).items():
         if isinstance(fn, str):
@@ -460,6 +467,28 @@ def grid_row(b: int, length: int, d: int, dtype_name: str, label: str, copy_gbs:
         row["ours_forward_pct_copy"] = 100 * moved / ours["forward_ms"] / 1e6 / copy_gbs
         row["ours_full_pct_copy"] = 100 * 2 * moved / ours["full_ms"] / 1e6 / copy_gbs
     return row
+
+
+SKEW_CELLS = [  # (B, mean length, D, dtype, rows of partition B // 2): short means with one long history
+    (262144, 1, 64, "fp32", 100_000),
+    (262144, 1, 64, "bf16", 100_000),
+    (16384, 4, 128, "fp32", 20_000),
+    (1024, 16, 256, "bf16", 5_000),
+]
+
+
+def skew(clock: Clock, copy_gbs: float) -> tuple[list[dict], list[str]]:
+    """The short design's known weak case, measured: one long partition among short ones is summed by one program
+    (the tile kernel of the previous launch splits it over programs)."""
+    rows, skipped = [], []
+    for b, length, d, dtype_name, long_rows in SKEW_CELLS:
+        label = f"skew B={b} L={length} D={d} {dtype_name} long={long_rows}"
+        if clock.left() < 5:
+            skipped.append(f"{label}: time budget")
+            continue
+        rows.append(grid_row(b, length, d, dtype_name, label, copy_gbs, long_rows))
+        print("skew", rows[-1], flush=True)
+    return rows, skipped
 
 
 def cell(entry) -> str:
@@ -549,6 +578,12 @@ def markdown(report: dict) -> str:
                 f"| {r['ok']} |"
             )
     copy = report.get("copy_gbs", float("nan"))
+    if report.get("skew"):
+        lines += ["", "## One long partition among short ones (forward / forward+backward ms)", ""]
+        lines += ["| B | L | D | dtype | long rows | " + " | ".join(GRID_VARIANTS) + " |", "|---" * 11 + "|"]
+        for r in report["skew"]:
+            cells = " | ".join(cell(r.get(n)) for n in GRID_VARIANTS)
+            lines.append(f"| {r['B']} | {r['mean_length']} | {r['D']} | {r['dtype']} | {r['long_rows']} | {cells} |")
     if report.get("grid"):
         lines += ["", "## Grid: wins against the best of " + ", ".join(BASELINES), ""]
         lines += ["| design, pass | at least the best | of cells | losses by mean length |", "|---|---|---|---|"]
@@ -606,7 +641,7 @@ def main(argv=None) -> int:
         "skipped": [],
         "errors": [],
     }
-    wanted = set(args.sections) | ({"copy_gbs"} if "grid" in args.sections else set())
+    wanted = set(args.sections) | ({"copy_gbs"} if {"grid", "skew"} & set(args.sections) else set())
     grid_dtypes = {name: ALL_DTYPES[name] for name in args.dtypes}
     sections = [
         ("correctness", lambda: correctness(clock)),
@@ -614,6 +649,7 @@ def main(argv=None) -> int:
         ("tuning", lambda: tune(clock, args.tune_s)),
         ("copy_gbs", copy_bandwidth_gbs),
         ("recsys", lambda: recsys(clock, stop_left=args.budget_s * 0.35)),
+        ("skew", lambda: skew(clock, report["copy_gbs"])),
         ("grid", lambda: grid(clock, report["copy_gbs"], grid_dtypes)),
     ]
     for name, run in sections:
@@ -631,7 +667,7 @@ def main(argv=None) -> int:
             if args.write_launch:
                 write_launch(embedding_pool.LAUNCH_TABLE, launch, report["device"])
                 embedding_pool._LAUNCH.clear()  # the timed sections below use the measured launches
-        if name in ("recsys", "grid") and result:
+        if name in ("recsys", "skew", "grid") and result:
             result, skipped = result
             report["skipped"] += skipped
         report[name] = result

@@ -1,15 +1,22 @@
 """Pooling on the GPU (issue 13): the fused gather + mean pool against its alternatives, and our partitioned mean over
-a shape grid. One process, about 300 s on an H200:
+a shape grid. One process, about 300 s on an H200 with every section:
 
-    python -m benchmarks.pooling_grid_gpu --out DIR [--write-launch] [--budget-s 280]
+    python -m benchmarks.pooling_grid_gpu --out DIR [--write-launch] [--budget-s 280] [--sections ...]
+
+`--sections short_correctness skew grid --graph-ms 5` (about 210 s) is the short-partition run of issue 13: the
+partitioned mean's launch rule ("ours": the short design at mean length <= pooling.SHORT_MEAN_LENGTH, the previous
+launch above) beside the previous launch alone ("previous": tile kernel, span at B >= 4096 short), the short design
+forced where the rule does not take it ("short", at mean length 200), segment_reduce, index_add and embedding_bag,
+at every cell; `skew` times a few short-mean cells with one long partition (the short design's weak case).
 
 1. correctness: the fused kernel against nn.EmbeddingBag(mode="mean") (float64 reference), forward and table grad;
 2. launch tuning: per shape bucket the recsys shapes hit, candidate launches timed forward + backward; the best goes
    to DIR/embedding_pool_launch.json (with --write-launch also over pipelines/fuse/runtime/embedding_pool_launch.json);
 3. recsys shapes (V=200k; D 64/128/256; B 1024/16384/262144; mean length 4/16/200): forward and forward + backward
    of fused, embedding + our partitioned mean, EmbeddingBag, embedding + segment_reduce, embedding + index_add;
-4. grid: our partitioned mean against segment_reduce and index_add, B x mean length x D x fp32/bf16 where the values
-   fit in 4 GB, with % of copy bandwidth for cells moving over 64 MB; cells past the time budget are listed as skipped.
+4. skew and grid: our partitioned mean (rule, previous launch, short design forced) against segment_reduce, index_add and
+   embedding_bag, B x mean length x D x fp32/bf16 where the values fit in 4 GB, with % of copy bandwidth for cells
+   moving over 64 MB; cells past the time budget are listed as skipped; win counts per design and mean length.
 
 Timing: CUDA graphs (pipelines/graph_timing.py), host-timed events where capture fails (the method is recorded).
 The kernels are called without the entry points' offset checks (a host sync each call, which a graph cannot hold).
@@ -37,10 +44,15 @@ VOCAB = 200_000
 VALUES_LIMIT = 4 << 30  # bytes of [N, D] values a cell may hold
 BANDWIDTH_BYTES = 64 << 20  # cells moving more than this get a % of copy bandwidth
 DTYPES = {"fp32": torch.float32, "bf16": torch.bfloat16}
+ALL_DTYPES = {**DTYPES, "fp16": torch.float16}
+SECTIONS = ("correctness", "short_correctness", "tuning", "copy_gbs", "recsys", "skew", "grid")
 RECSYS = [(b, length, d) for d in (64, 128, 256) for b in (1024, 16384, 262144) for length in (4, 16, 200)]
 GRID_B = (1, 64, 1024, 16384, 262144)
 GRID_LENGTH = (1, 4, 16, 200, 2000)
 GRID_D = (16, 64, 128, 256, 1024)
+DEVICE = "cuda"  # the CPU test of the designs' correctness and a grid row sets "cpu" (the interpreter)
+BASELINES = ("segment_reduce", "index_add", "embedding_bag")
+DESIGNS = ("ours", "previous", "short")  # the rule; the launch before the short design; the short design forced
 
 
 class Clock:
@@ -53,28 +65,29 @@ class Clock:
 
 def batch(partitions: int, mean_length: int, vocab: int, seed: int = 0):
     """Lengths uniform in [0, 2 * mean] (so some partitions are empty), ids uniform over the table."""
-    g = torch.Generator(device="cuda").manual_seed(seed)
-    lengths = torch.randint(0, 2 * mean_length + 1, (partitions,), device="cuda", generator=g)
-    offsets = torch.zeros(partitions + 1, dtype=torch.int64, device="cuda")
+    g = torch.Generator(device=DEVICE).manual_seed(seed)
+    lengths = torch.randint(0, 2 * mean_length + 1, (partitions,), device=DEVICE, generator=g)
+    offsets = torch.zeros(partitions + 1, dtype=torch.int64, device=DEVICE)
     offsets[1:] = lengths.cumsum(0)
     rows = int(offsets[-1])
-    ids = torch.randint(0, vocab, (rows,), device="cuda", generator=g)
+    ids = torch.randint(0, vocab, (rows,), device=DEVICE, generator=g)
     return ids, offsets, lengths
 
 
 class OurPool(torch.autograd.Function):
-    """Our partitioned mean without the entry point's checks (graph-capturable)."""
+    """Our partitioned mean without the entry point's checks (graph-capturable); `short` as in
+    pooling.partitioned_mean_forward (None: the rule, False: the previous launch, True: the short design)."""
 
     @staticmethod
-    def forward(ctx, values, offsets):
+    def forward(ctx, values, offsets, short=None):
         ctx.save_for_backward(offsets)
-        ctx.rows = values.shape[0]
-        return pooling.partitioned_mean_forward(values, offsets)
+        ctx.rows, ctx.short = values.shape[0], short
+        return pooling.partitioned_mean_forward(values, offsets, short=short)
 
     @staticmethod
     def backward(ctx, grad_out):
         (offsets,) = ctx.saved_tensors
-        return pooling.partitioned_mean_backward(grad_out, offsets, ctx.rows), None
+        return pooling.partitioned_mean_backward(grad_out, offsets, ctx.rows, short=ctx.short), None, None
 
 
 def fused(table, ids, offsets, owner, counts):
@@ -108,19 +121,56 @@ RECSYS_VARIANTS = {
 }
 
 
-def pool_ours(values, offsets, owner, counts):
+def pool_ours(values, offsets, owner, counts, rows):
     return OurPool.apply(values, offsets)
 
 
-def pool_segment_reduce(values, offsets, owner, counts):
+def pool_previous(values, offsets, owner, counts, rows):
+    return OurPool.apply(values, offsets, False)
+
+
+def pool_short(values, offsets, owner, counts, rows):
+    return OurPool.apply(values, offsets, True)
+
+
+def pool_segment_reduce(values, offsets, owner, counts, rows):
     return torch.segment_reduce(values, "mean", offsets=offsets, unsafe=True)
 
 
-def pool_index_add(values, offsets, owner, counts):
+def pool_index_add(values, offsets, owner, counts, rows):
     return values.new_zeros(counts.shape[0], values.shape[1]).index_add(0, owner, values) / counts.unsqueeze(1)
 
 
-GRID_VARIANTS = {"ours": pool_ours, "segment_reduce": pool_segment_reduce, "index_add": pool_index_add}
+def pool_embedding_bag(values, offsets, owner, counts, rows):
+    return F.embedding_bag(rows, values, offsets, mode="mean", include_last_offset=True)
+
+
+GRID_VARIANTS = {
+    "ours": pool_ours,
+    "previous": pool_previous,
+    "short": pool_short,
+    "segment_reduce": pool_segment_reduce,
+    "index_add": pool_index_add,
+    "embedding_bag": pool_embedding_bag,
+}
+
+
+def rule_takes_short(b: int, n: int, d: int, dtype: torch.dtype) -> bool:
+    return pooling.short_config(b, n, d, dtype, torch.device("cuda")) is not None
+
+
+def grid_variants(b: int, n: int, length: int, d: int, dtype: torch.dtype) -> dict:
+    """{name: fn or the reason it is not timed}: "previous" only where the rule took the short design (elsewhere it
+    is the rule's own launch), "short" forced only where the rule did not take it, up to mean length 200."""
+    takes_short = rule_takes_short(b, n, d, dtype)
+    variants = dict(GRID_VARIANTS)
+    if not takes_short:
+        variants["previous"] = "same launch as ours"
+    if takes_short:
+        variants["short"] = "same launch as ours"
+    elif length > 200:
+        variants["short"] = "not timed above mean length 200"
+    return variants
 
 
 def events_ms(fn, calls: int = 20) -> float:
@@ -191,6 +241,49 @@ def correctness(clock: Clock) -> list[dict]:
                 }
             )
             print("correctness", rows[-1], flush=True)
+    return rows
+
+
+SHORT_CASES = [  # (B, mean length, D, a partition past SHORT_CAP, int32 offsets)
+    (262144, 1, 16, False, False),
+    (16384, 4, 64, True, True),
+    (1024, 16, 1024, False, False),
+    (3, 1, 100, False, True),
+    (1, 200, 256, True, False),
+]
+
+
+def short_correctness(clock: Clock) -> list[dict]:
+    """The plain partitioned mean of each design against a float64 reference (index_add), every dtype, forward
+    and the values' gradient; lengths uniform in [0, 2 * mean] (empty partitions), some with a long partition."""
+    rows = []
+    for b, length, d, long_one, int32 in SHORT_CASES:
+        for dtype_name, dtype in ALL_DTYPES.items():
+            _, offsets, lengths = batch(b, length, 1)
+            if long_one:
+                lengths[b // 2] = 3 * pooling.SHORT_CAP + 7
+                offsets[1:] = lengths.cumsum(0)
+            n = int(offsets[-1])
+            offsets = offsets.to(torch.int32) if int32 else offsets
+            values = torch.randn(n, d, device=DEVICE).to(dtype)
+            owner = torch.repeat_interleave(torch.arange(b, device=DEVICE), lengths, output_size=n)
+            counts = lengths.clamp(min=1).double().unsqueeze(1)
+            exact = values.double().requires_grad_()
+            ref = exact.new_zeros(b, d).index_add(0, owner, exact) / counts
+            grad = torch.randn(b, d, device=DEVICE).to(dtype)
+            ref.backward(grad.double())
+            row = {"B": b, "mean_length": length, "D": d, "dtype": dtype_name, "long": long_one, "int32": int32}
+            for design, short in (("ours", None), ("previous", False), ("short", True)):
+                leaf = values.clone().requires_grad_()
+                out = OurPool.apply(leaf, offsets, short)
+                out.backward(grad)
+                tol = 1e-5 if dtype == torch.float32 else 2e-2
+                forward, backward = rel_err(out.detach(), ref.detach()), rel_err(leaf.grad, exact.grad)
+                ok = forward < tol and backward < tol and out.dtype == dtype and leaf.grad.dtype == dtype
+                row[design] = {"forward_rel_err": forward, "backward_rel_err": backward, "ok": ok}
+            row["ok"] = all(row[design]["ok"] for design in DESIGNS)
+            rows.append(row)
+            print("short correctness", row, flush=True)
     return rows
 
 
@@ -277,9 +370,13 @@ def copy_bandwidth_gbs() -> float:
     return 2 * src.numel() * 4 / ms / 1e6
 
 
-def operands(b, length, d, dtype, vocab):
+def operands(b, length, d, dtype, vocab, long_rows: int = 0):
+    """(ids, offsets, owner, counts); `long_rows` makes partition B // 2 that long (the ids then stay unset)."""
     ids, offsets, lengths = batch(b, length, vocab)
-    owner = torch.repeat_interleave(torch.arange(b, device="cuda"), lengths, output_size=ids.shape[0])
+    if long_rows:
+        lengths[b // 2] = long_rows
+        offsets[1:] = lengths.cumsum(0)
+    owner = torch.repeat_interleave(torch.arange(b, device=DEVICE), lengths, output_size=int(offsets[-1]))
     counts = lengths.clamp(min=1).to(dtype)
     return ids, offsets, owner, counts
 
@@ -325,17 +422,17 @@ def timed_both(call, leaf, label) -> dict:
     }
 
 
-def grid_cells() -> list[tuple]:
-    """The issue's cells first at D 64 and 256 (every B x length), then the other widths."""
-    cells = [(b, length, d, t) for d in (64, 256) for b in GRID_B for length in GRID_LENGTH for t in DTYPES]
-    cells += [(b, length, d, t) for d in (16, 128, 1024) for b in GRID_B for length in GRID_LENGTH for t in DTYPES]
-    return cells
+def grid_cells(dtypes=DTYPES) -> list[tuple]:
+    """D 16 first (the short partitions' worst losses), then the issue's D 64 and 256, then 128 and 1024."""
+    return [
+        (b, length, d, t) for d in (16, 64, 256, 128, 1024) for b in GRID_B for length in GRID_LENGTH for t in dtypes
+    ]
 
 
-def grid(clock: Clock, copy_gbs: float) -> tuple[list[dict], list[str]]:
+def grid(clock: Clock, copy_gbs: float, dtypes=DTYPES) -> tuple[list[dict], list[str]]:
     rows, skipped = [], []
-    for b, length, d, dtype_name in grid_cells():
-        dtype = DTYPES[dtype_name]
+    for b, length, d, dtype_name in grid_cells(dtypes):
+        dtype = ALL_DTYPES[dtype_name]
         label = f"B={b} L={length} D={d} {dtype_name}"
         if b * length * d * dtype.itemsize > VALUES_LIMIT:
             continue  # does not fit: not part of the grid
@@ -348,14 +445,23 @@ def grid(clock: Clock, copy_gbs: float) -> tuple[list[dict], list[str]]:
     return rows, skipped
 
 
-def grid_row(b: int, length: int, d: int, dtype_name: str, label: str, copy_gbs: float) -> dict:
-    dtype = DTYPES[dtype_name]
-    _, offsets, owner, counts = operands(b, length, d, dtype, 1)
-    values = torch.randn(owner.shape[0], d, device="cuda", dtype=dtype, requires_grad=True)
+def grid_row(b: int, length: int, d: int, dtype_name: str, label: str, copy_gbs: float, long_rows: int = 0) -> dict:
+    dtype = ALL_DTYPES[dtype_name]
+    _, offsets, owner, counts = operands(b, length, d, dtype, 1, long_rows)
+    n = owner.shape[0]
+    values = torch.randn(n, d, device=DEVICE, dtype=dtype, requires_grad=True)
+    rows = torch.arange(n, device=DEVICE)
     moved = (values.numel() + b * d) * dtype.itemsize
-    row = {"B": b, "mean_length": length, "D": d, "dtype": dtype_name, "N": values.shape[0], "bytes": moved}
-    for name, fn in GRID_VARIANTS.items():
-        row[name] = timed_both(lambda fn=fn: fn(values, offsets, owner, counts), values, f"{label} {name}")
+    row = {"B": b, "mean_length": length, "D": d, "dtype": dtype_name, "N": n, "bytes": moved}
+    if long_rows:
+        row["long_rows"] = long_rows
+    row["launch"] = pooling.short_config(b, n, d, dtype, torch.device("cuda")) or "previous"  # the GPU's
+    for name, fn in grid_variants(b, n, length, d, dtype).items():
+        if isinstance(fn, str):
+            row[name] = fn
+            continue
+        call = lambda fn=fn: fn(values, offsets, owner, counts, rows)  # noqa: E731
+        row[name] = timed_both(call, values, f"{label} {name}")
     ours = row["ours"]
     if moved > BANDWIDTH_BYTES and "forward_ms" in ours:
         row["ours_forward_pct_copy"] = 100 * moved / ours["forward_ms"] / 1e6 / copy_gbs
@@ -363,17 +469,69 @@ def grid_row(b: int, length: int, d: int, dtype_name: str, label: str, copy_gbs:
     return row
 
 
+SKEW_CELLS = [  # (B, mean length, D, dtype, rows of partition B // 2): short means with one long history
+    (262144, 1, 64, "fp32", 100_000),
+    (262144, 1, 64, "bf16", 100_000),
+    (16384, 4, 128, "fp32", 20_000),
+    (1024, 16, 256, "bf16", 5_000),
+]
+
+
+def skew(clock: Clock, copy_gbs: float) -> tuple[list[dict], list[str]]:
+    """The short design's known weak case, measured: one long partition among short ones is summed by one program
+    (the tile kernel of the previous launch splits it over programs)."""
+    rows, skipped = [], []
+    for b, length, d, dtype_name, long_rows in SKEW_CELLS:
+        label = f"skew B={b} L={length} D={d} {dtype_name} long={long_rows}"
+        if clock.left() < 5:
+            skipped.append(f"{label}: time budget")
+            continue
+        rows.append(grid_row(b, length, d, dtype_name, label, copy_gbs, long_rows))
+        print("skew", rows[-1], flush=True)
+    return rows, skipped
+
+
 def cell(entry) -> str:
+    if entry is None:
+        return ""
     if isinstance(entry, str):
-        return entry
+        return {"same launch as ours": "= ours", "not timed above mean length 200": "-"}.get(entry, entry)
     if "error" in entry:
         return "error"
     return f"{entry['forward_ms']:.3f} / {entry['full_ms']:.3f}"
 
 
-def best_other(row: dict, names) -> float:
-    full = [row[n]["full_ms"] for n in names if isinstance(row.get(n), dict) and "full_ms" in row[n]]
-    return min(full) if full else math.inf
+def best_other(row: dict, names, key: str = "full_ms") -> float:
+    times = [row[n][key] for n in names if isinstance(row.get(n), dict) and key in row[n]]
+    return min(times) if times else math.inf
+
+
+def design_ms(row: dict, design: str, key: str) -> float | None:
+    """A design's time in a grid row; "same launch as ours" reads ours."""
+    entry = row.get(design)
+    if entry == "same launch as ours":
+        entry = row.get("ours")
+    return entry.get(key) if isinstance(entry, dict) else None
+
+
+def win_counts(rows: list[dict], baselines=BASELINES) -> dict:
+    """Per design and pass: cells where it is at least as fast as the best baseline (of those timed), the cells
+    compared, and the losses per mean length."""
+    counts = {}
+    for design in DESIGNS:
+        for key in ("forward_ms", "full_ms"):
+            wins, compared, losses = 0, 0, {}
+            for row in rows:
+                ours, best = design_ms(row, design, key), best_other(row, baselines, key)
+                if ours is None or math.isinf(best):
+                    continue
+                compared += 1
+                if ours <= best:
+                    wins += 1
+                else:
+                    losses[str(row["mean_length"])] = losses.get(str(row["mean_length"]), 0) + 1
+            counts[f"{design} {key[:-3]}"] = {"wins": wins, "cells": compared, "losses_by_mean_length": losses}
+    return counts
 
 
 def speedup(other_ms: float, ours: dict) -> str:
@@ -390,14 +548,14 @@ def markdown(report: dict) -> str:
         "| B | L | D | dtype | fwd rel | bwd rel | plain mean rel | ok |",
     ]
     lines += ["|---|---|---|---|---|---|---|---|"]
-    for r in report["correctness"]:
+    for r in report.get("correctness", []):
         lines.append(
             f"| {r['B']} | {r['mean_length']} | {r['D']} | {r['dtype']} | {r['forward_rel_err']:.1e} "
             f"| {r['backward_rel_err']:.1e} | {r['plain_mean_rel_err']:.1e} | {r['ok']} |"
         )
     lines += ["", "## Launch tuning (fused fwd+bwd, events ms)", "", "| bucket | rule ms | best ms | best launch |"]
     lines += ["|---|---|---|---|"]
-    for r in report["tuning"]:
+    for r in report.get("tuning", []):
         if "skipped" in r:
             lines.append(f"| {r['bucket']} | skipped: {r['skipped']} | | |")
         else:
@@ -406,27 +564,52 @@ def markdown(report: dict) -> str:
     lines += ["", "## Recsys shapes, V=200k (forward / forward+backward ms)", ""]
     lines += ["| B | L | D | dtype | " + " | ".join(names) + " | fused vs best other (fwd+bwd) |"]
     lines += ["|---" * (len(names) + 5) + "|"]
-    for r in report["recsys"]:
+    for r in report.get("recsys", []):
         ratio = speedup(best_other(r, names[1:]), r["fused"])
         cells = " | ".join(cell(r[n]) for n in names)
         lines.append(f"| {r['B']} | {r['mean_length']} | {r['D']} | {r['dtype']} | {cells} | {ratio} |")
-    lines += ["", f"## Grid: our partitioned mean (copy bandwidth {report['copy_gbs']:.0f} GB/s)", ""]
+    if report.get("short_correctness"):
+        lines += ["", "## Correctness of the partitioned mean's designs (float64 reference, fwd / bwd rel. error)", ""]
+        lines += ["| B | L | D | dtype | long | int32 | " + " | ".join(DESIGNS) + " | ok |", "|---" * 10 + "|"]
+        for r in report["short_correctness"]:
+            errs = " | ".join(f"{r[d]['forward_rel_err']:.1e} / {r[d]['backward_rel_err']:.1e}" for d in DESIGNS)
+            lines.append(
+                f"| {r['B']} | {r['mean_length']} | {r['D']} | {r['dtype']} | {r['long']} | {r['int32']} | {errs} "
+                f"| {r['ok']} |"
+            )
+    copy = report.get("copy_gbs", float("nan"))
+    if report.get("skew"):
+        lines += ["", "## One long partition among short ones (forward / forward+backward ms)", ""]
+        lines += ["| B | L | D | dtype | long rows | " + " | ".join(GRID_VARIANTS) + " |", "|---" * 11 + "|"]
+        for r in report["skew"]:
+            cells = " | ".join(cell(r.get(n)) for n in GRID_VARIANTS)
+            lines.append(f"| {r['B']} | {r['mean_length']} | {r['D']} | {r['dtype']} | {r['long_rows']} | {cells} |")
+    if report.get("grid"):
+        lines += ["", "## Grid: wins against the best of " + ", ".join(BASELINES), ""]
+        lines += ["| design, pass | at least the best | of cells | losses by mean length |", "|---|---|---|---|"]
+        for name, c in win_counts(report["grid"]).items():
+            lines.append(f"| {name} | {c['wins']} | {c['cells']} | {json.dumps(c['losses_by_mean_length'])} |")
+        lines += ["", "Against segment_reduce and index_add only (the earlier runs' baselines):", ""]
+        lines += ["| design, pass | at least the best | of cells |", "|---|---|---|"]
+        for name, c in win_counts(report["grid"], BASELINES[:2]).items():
+            lines.append(f"| {name} | {c['wins']} | {c['cells']} |")
+    lines += ["", f"## Grid: our partitioned mean (copy bandwidth {copy:.0f} GB/s)", ""]
     grid_names = list(GRID_VARIANTS)
     lines += [
         "| B | L | D | dtype | " + " | ".join(grid_names) + " | ours vs best (fwd+bwd) | ours % copy fwd / full |"
     ]
     lines += ["|---" * (len(grid_names) + 6) + "|"]
-    for r in report["grid"]:
+    for r in report.get("grid", []):
         ours = r["ours"]
-        ratio = speedup(best_other(r, grid_names[1:]), ours)
+        ratio = speedup(best_other(r, BASELINES), ours)
         pct = (
             f"{r['ours_forward_pct_copy']:.0f}% / {r['ours_full_pct_copy']:.0f}%"
             if "ours_forward_pct_copy" in r
             else ""
         )
-        cells = " | ".join(cell(r[n]) for n in grid_names)
+        cells = " | ".join(cell(r.get(n)) for n in grid_names)
         lines.append(f"| {r['B']} | {r['mean_length']} | {r['D']} | {r['dtype']} | {cells} | {ratio} | {pct} |")
-    lines += ["", "## Skipped", ""] + [f"- {s}" for s in report["skipped"]] + [""]
+    lines += ["", "## Skipped", ""] + [f"- {s}" for s in report.get("skipped", [])] + [""]
     return "\n".join(lines)
 
 
@@ -436,10 +619,15 @@ def main(argv=None) -> int:
     parser.add_argument("--budget-s", type=float, default=280.0)
     parser.add_argument("--tune-s", type=float, default=60.0)
     parser.add_argument("--write-launch", action="store_true", help="rewrite the runtime's embedding_pool_launch.json")
+    parser.add_argument("--sections", nargs="+", choices=SECTIONS, default=list(SECTIONS))
+    parser.add_argument("--dtypes", nargs="+", choices=list(ALL_DTYPES), default=list(DTYPES), help="grid dtypes")
+    parser.add_argument("--graph-ms", type=float, default=10.0, help="GPU time of one timing graph (ms)")
+    parser.add_argument("--replays", type=int, default=5, help="replays of each timing graph (the median is kept)")
     args = parser.parse_args(argv)
     args.out.mkdir(parents=True, exist_ok=True)
-    # half graph_timing's defaults (10 ms graphs, 5 replays): ~400 timed passes must fit the budget
-    graph_timing.GRAPH_REP_MS, graph_timing.GRAPH_REPLAYS = 10, 5
+    # half graph_timing's defaults by default (10 ms graphs, 5 replays): ~400 timed passes must fit the budget;
+    # the short-partition grid (~2,100 passes) takes --graph-ms 5
+    graph_timing.GRAPH_REP_MS, graph_timing.GRAPH_REPLAYS = args.graph_ms, args.replays
     clock = Clock(args.budget_s)
     import triton
 
@@ -447,17 +635,26 @@ def main(argv=None) -> int:
         "device": torch.cuda.get_device_name(),
         "torch": torch.__version__,
         "triton": triton.__version__,
+        "sections": args.sections,
+        "graph_ms": args.graph_ms,
+        "replays": args.replays,
         "skipped": [],
         "errors": [],
     }
+    wanted = set(args.sections) | ({"copy_gbs"} if {"grid", "skew"} & set(args.sections) else set())
+    grid_dtypes = {name: ALL_DTYPES[name] for name in args.dtypes}
     sections = [
         ("correctness", lambda: correctness(clock)),
+        ("short_correctness", lambda: short_correctness(clock)),
         ("tuning", lambda: tune(clock, args.tune_s)),
         ("copy_gbs", copy_bandwidth_gbs),
         ("recsys", lambda: recsys(clock, stop_left=args.budget_s * 0.35)),
-        ("grid", lambda: grid(clock, report["copy_gbs"])),
+        ("skew", lambda: skew(clock, report["copy_gbs"])),
+        ("grid", lambda: grid(clock, report["copy_gbs"], grid_dtypes)),
     ]
     for name, run in sections:
+        if name not in wanted:
+            continue
         try:
             result = run()
         except Exception:
@@ -470,14 +667,17 @@ def main(argv=None) -> int:
             if args.write_launch:
                 write_launch(embedding_pool.LAUNCH_TABLE, launch, report["device"])
                 embedding_pool._LAUNCH.clear()  # the timed sections below use the measured launches
-        if name in ("recsys", "grid") and result:
+        if name in ("recsys", "skew", "grid") and result:
             result, skipped = result
             report["skipped"] += skipped
         report[name] = result
+        if name == "grid":
+            report["grid_wins"] = win_counts(result)
         (args.out / "pooling_grid.json").write_text(json.dumps(report, indent=1))
     (args.out / "pooling_grid.md").write_text(markdown(report))
     print(f"wrote {args.out}/pooling_grid.json and .md in {args.budget_s - clock.left():.0f} s", flush=True)
-    return 0 if all(r["ok"] for r in report["correctness"]) and not report["errors"] else 1
+    checks = report.get("correctness", []) + report.get("short_correctness", [])
+    return 0 if all(r["ok"] for r in checks) and not report["errors"] else 1
 
 
 def write_launch(path: Path, launch: dict, device: str) -> None:

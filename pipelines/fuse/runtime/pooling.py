@@ -2,7 +2,10 @@
 
 `liger_fuse::partitioned_mean(values [N, D], offsets [B+1]) -> [B, D]` and the grouped form
 `liger_fuse::grouped_partitioned_mean(values[], offsets[]) -> out[]`, one Triton launch forward and one backward
-(the forward also clears a B-entry int32 counter array that only partitions longer than R rows use).
+(the tile kernels' forward also clears a B-entry int32 counter array that only partitions longer than R rows use).
+The launch follows the shape (`short_config`): up to a mean length N / B of SHORT_MEAN_LENGTH the short design of
+pooling_short_kernels.py (a block of partitions per program, one kernel each way, nothing to clear), above it the
+tile kernels of pooling_kernels.py (long partitions split over programs); the grouped form keeps the tile kernels.
 
 Every op is an opaque `torch.library.custom_op` with a fake implementation computed from shapes only ([B, D],
 B = offsets.shape[0] - 1) and a registered autograd: no trace (Dynamo, AOTAutograd's functionalisation, Inductor)
@@ -15,6 +18,7 @@ Inductor's generated code.
 
 from __future__ import annotations
 
+import math
 import os
 import sys
 
@@ -197,15 +201,22 @@ def partitioned_mean_forward(
     offsets: torch.Tensor,
     config: dict | None = None,
     counters: torch.Tensor | None = None,
+    short: bool | None = None,
 ) -> torch.Tensor:
-    """One launch; `counters` (int32, >= B * D-blocks, all zero; left zero) saves the clear when reused."""
+    """One launch; `counters` (int32, >= B * D-blocks, all zero; left zero) saves the clear when reused. `config`
+    forces the tile kernel with that launch; `short` True / False forces the short-partition design / the launch
+    as it was before it (span or tile); None lets `short_config` decide from the shape."""
     _check(values, offsets)
     values = values.contiguous()
-    offsets = offsets.to(torch.int64).contiguous()
+    offsets = _int_offsets(offsets)
     n, d = values.shape
     b = offsets.shape[0] - 1
     if b == 0 or n == 0:  # no partition, or every partition empty: zeros, no launch
         return values.new_zeros(b, d)
+    block = short_config(b, n, d, values.dtype, values.device, force=bool(short)) if config is None else None
+    if block is not None and short is not False:  # short partitions: a block of them per program
+        return _short_forward(values, offsets, block)
+    offsets = offsets.to(torch.int64)
     span = _span_config(b, n, d, values) if config is None else None
     if span is not None:  # many short partitions: several per program (issue 13: 2.7-7x behind segment_reduce)
         return _embedding_pool().plain_mean_span_forward(values, offsets, span)
@@ -224,18 +235,101 @@ def partitioned_mean_forward(
     return out
 
 
-def partitioned_mean_backward(grad_out: torch.Tensor, offsets: torch.Tensor, rows: int, config: dict | None = None):
+def partitioned_mean_backward(
+    grad_out: torch.Tensor, offsets: torch.Tensor, rows: int, config: dict | None = None, short: bool | None = None
+):
+    """grad_values [rows, D]: grad_out[b] / len(b) on partition b's rows, zero on rows outside the partitions;
+    `config` and `short` pick the design as in `partitioned_mean_forward`."""
     grad_out = grad_out.contiguous()
-    offsets = offsets.to(torch.int64).contiguous()
+    offsets = _int_offsets(offsets)
     b, d = grad_out.shape
     if b == 0 or rows == 0:
         return grad_out.new_zeros(rows, d)
+    block = short_config(b, rows, d, grad_out.dtype, grad_out.device, force=bool(short)) if config is None else None
+    if block is not None and short is not False:
+        return _short_backward(grad_out, offsets, rows, block)
+    offsets = offsets.to(torch.int64)
     cfg = dict(config or launch_config(rows, d, grad_out.device, grad_out.dtype, backward=True))
     rows_per_program = cfg.pop("R")
     grad_values = grad_out.new_empty(rows, d)
     grid = (b + rows // rows_per_program, _cdiv(d, cfg["BLOCK_D"]))
     _kernels().partitioned_mean_bwd_kernel[grid](
         grad_out, offsets, grad_values, b, rows, d, rows_per_program, LOG_B=_log_b(b), **cfg
+    )
+    return grad_values
+
+
+# --- the short-partition design (pooling_short_kernels.py): a block of PARTS partitions x BLOCK_D columns a program
+
+SHORT_MEAN_LENGTH = 32  # up to this mean length N / B the short design; above it the tile kernel (or span)
+SHORT_CAP = 128  # rows the block loop walks at most; a longer partition's rest is summed in row tiles after it
+SHORT_STEP_BYTES = 4096  # bytes a program loads per step (PARTS x BLOCK_D x UNROLL values), 8 values a thread,
+# each with its own 64-bit address (at 16 KB on 4 warps, [64, 128] bf16 spilled 77 KB; at 4 KB on 4 warps bf16 took
+# 142 registers, on 8 warps 78: sm_90 ptxas -v, benchmarks/NOTES.md twelfth session)
+SHORT_MIN_PROGRAMS = 2048  # fewer partitions per program until the launch has this many (16 per H200 SM)
+SHORT_MAX_UNROLL = 16  # rows of each partition a step loads: about 2 steps at uniform lengths [0, 2L], L <= 16
+SHORT_MAX_PARTS = 64  # [128, 16] bf16 spilled (sm_90 ptxas -v); more partitions a program, more per-row state
+
+
+def short_config(partitions, rows, width, dtype: torch.dtype, device: torch.device, force: bool = False) -> dict | None:
+    """The short design's launch from the shape alone, or None where the mean length N / B exceeds
+    SHORT_MEAN_LENGTH (unless `force`). UNROLL follows the mean length (1 row per step at L = 1, up to 16, so a
+    block's loop takes about two steps), PARTS fills the rest of SHORT_STEP_BYTES per step (64 partitions of
+    D = 16 fp32 at L = 1) and halves until the launch has SHORT_MIN_PROGRAMS programs (few partitions, or wide rows
+    split over column blocks), num_warps the step's values (256 a warp, up to 8: a [1, 16] block is one warp).
+    Sizes must be numbers: under a trace with symbolic sizes the comparisons would add guards, so there the
+    previous launch stands."""
+    if not all(isinstance(size, int) for size in (partitions, rows, width)) or partitions == 0:
+        return None
+    if rows > SHORT_MEAN_LENGTH * partitions and not force:
+        return None
+    mean_length = max(rows / partitions, 1.0)
+    itemsize = dtype.itemsize
+    block_d = min(256, triton_next_power_of_2(width))
+    step = SHORT_STEP_BYTES // itemsize  # values per step
+    unroll = min(SHORT_MAX_UNROLL, triton_next_power_of_2(math.ceil(mean_length)), max(1, step // block_d))
+    parts = max(1, min(SHORT_MAX_PARTS, step // (block_d * unroll)))
+    column_blocks = _cdiv(width, block_d)
+    if device.type == "cuda":  # the interpreter prefers few, large programs
+        while parts > 1 and _cdiv(partitions, parts) * column_blocks < SHORT_MIN_PROGRAMS:
+            parts //= 2
+    warps = max(1, min(8, parts * block_d * unroll // 256))
+    # a long partition's row tiles: about 8 values a thread (the block's registers are free by then)
+    tail_rows = max(1, warps * 256 // block_d)
+    config = {"PARTS": parts, "BLOCK_D": block_d, "UNROLL": unroll, "CAP": SHORT_CAP, "TAIL_N": tail_rows}
+    if device.type == "cuda":
+        config["num_warps"] = warps
+    return config
+
+
+def _int_offsets(offsets: torch.Tensor) -> torch.Tensor:
+    """int32 and int64 offsets as they are (the short kernels read either); other integer dtypes as int64."""
+    offsets = offsets if offsets.dtype in (torch.int32, torch.int64) else offsets.to(torch.int64)
+    return offsets.contiguous()
+
+
+def _short_grid(config: dict, partitions: int, width: int) -> tuple[int, int]:
+    return (_cdiv(partitions, config["PARTS"]), _cdiv(width, config["BLOCK_D"]))
+
+
+def _short_kernels():
+    from . import pooling_short_kernels
+
+    return pooling_short_kernels
+
+
+def _short_forward(values: torch.Tensor, offsets: torch.Tensor, config: dict) -> torch.Tensor:
+    b, d = offsets.shape[0] - 1, values.shape[1]
+    out = values.new_empty(b, d)
+    _short_kernels().short_mean_fwd_kernel[_short_grid(config, b, d)](values, offsets, out, b, d, **config)
+    return out
+
+
+def _short_backward(grad_out: torch.Tensor, offsets: torch.Tensor, rows: int, config: dict) -> torch.Tensor:
+    b, d = grad_out.shape
+    grad_values = grad_out.new_empty(rows, d)
+    _short_kernels().short_mean_bwd_kernel[_short_grid(config, b, d)](
+        grad_out, offsets, grad_values, b, rows, d, **config
     )
     return grad_values
 

@@ -182,8 +182,9 @@ class Plan:
         if parents := self.profile.identity.derived_from:
             note += (
                 f" Where a file has an enabled entry for a model that {self.model_type}'s modular file subclasses"
-                f" ({', '.join(parents)}; routed only from routed), the first one's lr is taken and each tolerance is"
-                " the loosest of those entries and the family's."
+                f" ({', '.join(parents)}; routed only from routed; a parent with none there counts its entry in the"
+                " same dtype's multimodal file), the smallest of their lrs is taken and each tolerance is the loosest"
+                " of those entries and the family's."
             )
         if self.moe:  # why the mini router is dense, where a reviewer of the entry would ask
             note += (
@@ -1357,7 +1358,9 @@ def edit_test_utils(source: str, plan: Plan) -> str:
     return edits.insert_top_level(source, lambda n: edits.defined_name(n, "revert_liger_kernel_to_"), key, revert)
 
 
-def edit_convergence(source: str, plan: Plan, dtype: str) -> str:
+def edit_convergence(source: str, plan: Plan, dtype: str, multimodal: str | None = None) -> str:
+    """The generated entry in one convergence file; `multimodal` is the same dtype's multimodal file, read for the
+    entries of parents the file itself has none for (reference_tolerances)."""
     x, ctx = plan.model_type, plan.context()
     apply_line = f"from liger_kernel.transformers import {_apply_fn(plan)}"
     source = edits.ensure_top_level(source, _root_apply_import, _apply_fn(plan), apply_line)
@@ -1374,32 +1377,89 @@ def edit_convergence(source: str, plan: Plan, dtype: str) -> str:
     source = edits.insert_top_level(source, edits.guarded_setup, f"mini_{x}", setup)
     tree = ast.parse(source)
     cases = edits.find_parametrize_list(edits.find_function(tree, "test_mini_model"))
-    lr, *tolerances = reference_tolerances(source, cases.elts, edits.mini_model_setups(tree), plan, dtype)
+    setups = edits.mini_model_setups(tree)
+    others = multimodal_cases(multimodal) if multimodal else None
+    lr, *tolerances = reference_tolerances(source, cases.elts, setups, plan, dtype, others)
     param = render.render("autopatch/convergence_param.py.j2", **ctx, lr=lr, dtype=dtype, tolerances=tolerances)
     return edits.insert_element(source, cases.elts, edits.case_name, f"mini_{x}", param.strip().rstrip(","))
 
 
+# Liger's multimodal convergence files: a model tested only there (gemma4 in fp32: `mini_gemma4`, lr 1e-5) still
+# has an entry its maintainers tuned to the architecture.
+MULTIMODAL_FILE = "test_mini_models_multimodal.py"
+MULTIMODAL_TEST = "test_mini_model_multimodal"
+
+
+@dataclass(frozen=True)
+class OtherCases:
+    """Another convergence file's enabled cases and setups, read for parents' entries only."""
+
+    source: str
+    cases: dict[str, ast.expr]
+    setups: dict[str, edits.MiniSetup]
+
+
+def multimodal_cases(source: str) -> OtherCases | None:
+    """The enabled cases of a multimodal file (its test is `test_mini_model_multimodal`); None where it has none."""
+    tree = ast.parse(source)
+    try:
+        cases = edits.find_parametrize_list(edits.find_function(tree, MULTIMODAL_TEST)).elts
+    except edits.EditError:
+        return None
+    return OtherCases(source, _enabled_cases(cases), edits.mini_model_setups(tree))
+
+
 def reference_tolerances(
-    source: str, cases: list[ast.expr], setups: dict[str, edits.MiniSetup], plan: Plan, dtype: str
+    source: str,
+    cases: list[ast.expr],
+    setups: dict[str, edits.MiniSetup],
+    plan: Plan,
+    dtype: str,
+    others: OtherCases | None = None,
 ) -> list[str]:
     """lr and the six tolerances of the generated entry, as the target writes them. The family's entry
     (REFERENCE_CASES, else TOLERANCES) is the floor; where the file has an enabled entry for a model that `plan`'s
-    modular file subclasses (a routed one for a routed model), its lr is taken and each tolerance is the looser of the
-    two: Liger's maintainers tuned that entry to the architecture (mini_granite3's loss rtol 1e-4 for granite's
-    multipliers, where mini_mistral's 1e-5 fails granite_swa on an H200). A commented-out entry is never copied."""
+    modular file subclasses (a routed one for a routed model), each tolerance is the looser of the two: Liger's
+    maintainers tuned that entry to the architecture (mini_granite3's loss rtol 1e-4 for granite's multipliers, where
+    mini_mistral's 1e-5 fails granite_swa on an H200). A parent with no entry in the file counts its entry in
+    `others` (the same dtype's multimodal file). The lr is the smallest of the parents' entries: the lr is what
+    amplifies fp32 rounding over the training steps, and for every Gemma 3 / 4 entry Liger's maintainers chose 1e-5
+    (gemma4_unified_text at llama's 1e-4 diverged in fp32 whatever the patch: the unpatched model with its lm_head
+    rounded differently moved its top-k log-probs by 1.7e-2, past the 5e-3 tolerance; at 1e-5, 1.5e-4). A
+    commented-out entry is never copied."""
     # only the chosen cases' values are read out: get_source_segment splits the whole file on every call (152 cases
     # of 7 values each in Liger's fp32 file took 15 s a file)
     full = _enabled_cases(cases)
     fallback = full.get(REFERENCE_CASES[plan.tolerance_family])
     floor = _segments(source, fallback) if fallback else list(TOLERANCES[(plan.tolerance_family, dtype)])
-    parents = _parent_cases(setups, list(full), plan)
-    if not parents:
+    entries = [_segments(source, full[name]) for name in _parent_cases(setups, list(full), plan)]
+    if others is not None:
+        found = {_patch_parent(setups[name], plan) for name in _parent_cases(setups, list(full), plan)}
+        for name in _parent_cases(others.setups, list(others.cases), plan):
+            if _patch_parent(others.setups[name], plan) not in found:
+                entries.append(_segments(others.source, others.cases[name]))
+    if not entries:
         return floor
-    entries = [_segments(source, full[name]) for name in parents]
     loosest = floor[1:]
     for _, *tolerances in entries:  # a model built on several (gemma4_unified: gemma2's layer, gemma4's causal LM)
         loosest = [_looser(theirs, ours) for theirs, ours in zip(tolerances, loosest, strict=True)]
-    return [entries[0][0], *loosest]
+    return [_smallest([lr for lr, *_ in entries]), *loosest]
+
+
+def _patch_parent(setup: edits.MiniSetup, plan: Plan) -> str | None:
+    """The parent (of `plan`'s derived_from) whose apply function the setup calls."""
+    return next(
+        (p for p in plan.profile.identity.derived_from if setup.patch_fn in _parent_patch_fns(p)),
+        None,
+    )
+
+
+def _smallest(values: list[str]) -> str:
+    """The smallest of the lrs as written; the first where one is not a plain number literal."""
+    try:
+        return min(values, key=lambda v: float(ast.literal_eval(v)))
+    except (ValueError, TypeError, SyntaxError):
+        return values[0]
 
 
 def _enabled_cases(cases: list[ast.expr]) -> dict[str, ast.expr]:
@@ -1436,7 +1496,7 @@ def _parent_cases(setups: dict[str, edits.MiniSetup], names: list[str], plan: Pl
     apply_liger_kernel_to_gemma4_text)."""
     found = []
     for parent in plan.profile.identity.derived_from:
-        patch_fns = (f"apply_liger_kernel_to_{parent}", f"apply_liger_kernel_to_{parent}_text")
+        patch_fns = _parent_patch_fns(parent)
         for name in names:
             setup = setups.get(name)
             if setup is None or setup.patch_fn not in patch_fns:
@@ -1445,6 +1505,10 @@ def _parent_cases(setups: dict[str, edits.MiniSetup], names: list[str], plan: Pl
                 found.append(name)
                 break
     return found
+
+
+def _parent_patch_fns(parent: str) -> tuple[str, str]:
+    return (f"apply_liger_kernel_to_{parent}", f"apply_liger_kernel_to_{parent}_text")
 
 
 def _values(case: ast.expr) -> list[ast.expr]:
@@ -1515,7 +1579,13 @@ def build_changeset(checkout: Checkout, profile: Profile) -> Changeset:
             changes.append(edit_file(checkout.root, path, lambda text, edit=edit: edit(text, the_plan)))
         for path in CONVERGENCE_FILES:
             dtype = "bfloat16" if path.parts[2] == "bf16" else "float32"
-            changes.append(edit_file(checkout.root, path, lambda text, d=dtype: edit_convergence(text, the_plan, d)))
+            sibling = checkout.root / path.with_name(MULTIMODAL_FILE)
+            multimodal = sibling.read_text() if sibling.is_file() else None
+            changes.append(
+                edit_file(
+                    checkout.root, path, lambda text, d=dtype, m=multimodal: edit_convergence(text, the_plan, d, m)
+                )
+            )
     except (edits.EditError, FileNotFoundError) as exc:
         raise PipelineError(
             f"cannot place the {profile.model_type} patch in {checkout.root}: {exc}",

@@ -29,8 +29,8 @@ class Diagnosis:
 
     @property
     def culprits(self) -> list[str]:
-        """Flags whose removal alone makes the whole model match."""
-        return [row["off"] for row in self.data.get("flags", []) if row.get("ok")]
+        """Flags whose removal alone makes the whole model match (with some Liger kernel still running)."""
+        return [row["off"] for row in self.data.get("flags", []) if row.get("ok") and row.get("kernels") != []]
 
     @property
     def first_diverging(self) -> dict | None:
@@ -45,6 +45,8 @@ class Diagnosis:
             lines[0] += f" ({whole['error']})"
         for row in self.data.get("flags", []):
             verdict = "matches" if row["ok"] else "still diverges"
+            if row["ok"] and row.get("kernels") == []:  # nothing of Liger's ran: the class-level patch swapped nothing
+                verdict += " (vacuously: no Liger kernel ran with it off)"
             lines.append(f"with {row['off']}=False: {verdict}" + (f" ({row['error']})" if row.get("error") else ""))
         first = self.first_diverging
         if first:
@@ -53,6 +55,8 @@ class Diagnosis:
             lines.append(
                 f"no swapped module differs from its HF original ({len(self.data.get('modules', []))} compared)"
             )
+        if "rounding_control" in self.data:
+            lines.append(verify.control_summary(self.data["rounding_control"]))
         return separator.join(lines)
 
     def to_json(self) -> dict:

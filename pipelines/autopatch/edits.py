@@ -187,7 +187,15 @@ def _mini_setup(call: ast.Call) -> MiniSetup:
     config = keywords.get("mini_model_config")
     keywords = [k for k in config.keywords if k.arg] if isinstance(config, ast.Call) else []
     ints = tuple((k.arg, k.value.value) for k in keywords if _is_int(k.value))
-    return MiniSetup(patch.id if isinstance(patch, ast.Name) else None, frozenset(k.arg for k in keywords), ints)
+    # a composite config's sub-configs (a multimodal file's `text_config=Qwen3VLMoeTextConfig(num_experts=...)`)
+    # name fields too: a routed text model is routed wherever its config sits
+    nested = [k.arg for sub in keywords if _is_config_call(sub.value) for k in sub.value.keywords if k.arg]
+    fields = frozenset(k.arg for k in keywords) | frozenset(nested)
+    return MiniSetup(patch.id if isinstance(patch, ast.Name) else None, fields, ints)
+
+
+def _is_config_call(node: ast.expr) -> bool:
+    return isinstance(node, ast.Call) and (_called_name(node) or "").endswith("Config")
 
 
 def _is_int(node: ast.expr) -> bool:

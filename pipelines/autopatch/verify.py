@@ -362,11 +362,33 @@ def gate_whole_model(profile: Profile, root: Path, runner: Runner) -> GateResult
     if found is None:
         return _result(WHOLE_MODEL, proc, "")
     lines = [_run_summary(name, run) for name, run in found["runs"].items()]
+    if "rounding_control" in found:
+        lines.append(control_summary(found["rounding_control"]))
     ran = found["reference"] or found["triton"]
     how = "as PyTorch references of Liger's kernels (CPU host)" if found["reference"] else f"as Triton on {device}"
     kernels = f"Liger kernels called {how}: {', '.join(ran) or 'none'}"
     detail = "; ".join([line for line in lines if line] + [kernels])
     return GateResult(WHOLE_MODEL, GateStatus.PASS if found["ok"] else GateStatus.FAIL, detail)
+
+
+def control_summary(control: dict) -> str:
+    """model_check's rounding control in a line: outside the tolerances, a divergence of the patched runs this size
+    is what fp32 rounding alone does at the entry's lr (gemma4_unified_text at 1e-4), not a wrong swap."""
+    if control.get("skipped"):
+        return f"rounding control: not run ({control['skipped']})"
+    if "error" in control:
+        return f"rounding control: {control['error']} ({control.get('where', '')})"
+    numbers = (
+        f"loss max diff {control['loss_check']['max_abs']:.1e}, top-k logprobs max diff "
+        f"{control['topk_check']['max_abs']:.1e} ({control['topk_check']['mismatched']} outside tolerance)"
+    )
+    if control["ok"]:
+        return f"rounding control ({control.get('what', 'rounding only')}): inside the tolerances ({numbers})"
+    return (
+        f"rounding control ({control.get('what', 'rounding only')}): OUTSIDE the tolerances ({numbers}): at this "
+        "entry's lr fp32 rounding alone diverges this far, so the entry cannot tell a patch from rounding (a lower lr, "
+        "as Liger's maintainers chose for the architecture, or looser tolerances)"
+    )
 
 
 def convergence_gate_name(path: Path) -> str:

@@ -98,7 +98,8 @@ def _generated_entry(plan, liger_template, path: str) -> list[str]:
     from pipelines.autopatch import edits
 
     dtype = "bfloat16" if "/bf16/" in path else "float32"
-    source = act.edit_convergence((liger_template / path).read_text(), plan, dtype)
+    multimodal = (liger_template / path).with_name(act.MULTIMODAL_FILE).read_text()  # as build_changeset reads it
+    source = act.edit_convergence((liger_template / path).read_text(), plan, dtype, multimodal)
     cases = edits.find_parametrize_list(edits.find_function(ast.parse(source), "test_mini_model")).elts
     (case,) = [c for c in cases if edits.case_name(c) == f"mini_{plan.model_type}"]
     return act._segments(source, case)
@@ -165,11 +166,84 @@ def test_a_parent_s_entry_loosens_the_floor_and_a_routed_model_never_takes_a_den
     # a routed parent (the setup's config names its experts) is taken for a routed model
     assert _tolerances(("mistral", "qwen3_moe"), moe=True)[0] == "1e-5"
     assert _tolerances(("qwen3_moe",), moe=False) == _tolerances((), moe=False)
-    # built on several (gemma4_unified: gemma2's decoder layer, llama's, gemma4's causal LM): the first parent's lr,
-    # each tolerance the loosest of every parent's entry; gemma4's is the text-only `apply_liger_kernel_to_gemma4_text`
+    # built on several (gemma4_unified: gemma2's decoder layer, llama's, gemma4's causal LM): the smallest of the
+    # parents' lrs (gemma4's 1e-5, not llama's 1e-4), each tolerance the loosest of every parent's entry; gemma4's is
+    # the text-only `apply_liger_kernel_to_gemma4_text`
     assert _tolerances(("gemma2", "llama", "gemma4"), moe=False) == [
-        "1e-4", "5e-2", "2e-5", "7e-1", "1e-5", "5e-3", "1e-5"
+        "1e-5", "5e-2", "2e-5", "7e-1", "1e-5", "5e-3", "1e-5"
     ]  # fmt: skip
+    assert _tolerances(("llama",), moe=False)[0] == "1e-4"  # one parent: its own lr
+
+
+MULTIMODAL = """
+MINI_MODEL_SETUPS = {}
+MINI_MODEL_SETUPS["mini_gemma4"] = MiniModelConfig(
+    liger_kernel_patch_func=functools.partial(apply_liger_kernel_to_gemma4, fused_linear_cross_entropy=False),
+    mini_model_config=Gemma4Config(text_config=Gemma4TextConfig(hidden_size=1024)),
+)
+MINI_MODEL_SETUPS["mini_qwen3_vl_moe"] = MiniModelConfig(
+    liger_kernel_patch_func=apply_liger_kernel_to_qwen3_vl_moe,
+    mini_model_config=Qwen3VLMoeConfig(text_config=Qwen3VLMoeTextConfig(num_experts=4, num_experts_per_tok=2)),
+)
+@pytest.mark.parametrize("model_name, num_steps, lr, dtype, loss_atol, loss_rtol, logprobs_atol, logprobs_rtol", [])
+def test_mini_model_multimodal(model_name):
+    pass
+CASES = [
+    ("mini_gemma4", 32, 1e-5, torch.float32, 1e-8, 3e-4, 5e-3, 1e-5, 5e-3, 1e-5),
+    ("mini_qwen3_vl_moe", 32, 1e-6, torch.float32, 1e-8, 1e-5, 9e-1, 1e-5, 5e-3, 1e-5),
+]
+"""
+
+PLAIN_FP32 = SETUPS.replace(
+    '("mini_gemma4_text", 32, 1e-5, torch.float32, 5e-2, 1e-5, 7e-1, 1e-5, 5e-3, 1e-5),', ""
+)  # Liger's fp32 files test gemma4 only in the multimodal one (mini_gemma4)
+
+
+def _tolerances_with_multimodal(derived_from: tuple[str, ...], moe: bool = False, plain: str = PLAIN_FP32) -> list:
+    import ast
+    import types
+
+    from pipelines.autopatch import edits
+
+    identity = types.SimpleNamespace(derived_from=derived_from)
+    plan = types.SimpleNamespace(profile=types.SimpleNamespace(identity=identity), moe=moe)
+    plan.tolerance_family = "moe" if moe else "dense"
+    (cases,) = [
+        n.value.elts
+        for n in ast.parse(plain).body
+        if isinstance(n, ast.Assign) and getattr(n.targets[0], "id", "") == "CASES"
+    ]
+    mm_tree = ast.parse(MULTIMODAL)
+    (mm_cases,) = [
+        n.value.elts for n in mm_tree.body if isinstance(n, ast.Assign) and getattr(n.targets[0], "id", "") == "CASES"
+    ]
+    others = act.OtherCases(MULTIMODAL, act._enabled_cases(mm_cases), edits.mini_model_setups(mm_tree))
+    setups = edits.mini_model_setups(ast.parse(plain))
+    return act.reference_tolerances(plain, cases, setups, plan, "float32", others)
+
+
+def test_a_parent_tested_only_in_the_multimodal_file_gives_its_entry_there():
+    # gemma4_unified_text's fp32 entry took llama's lr 1e-4 (Liger's fp32 plain file has no gemma4 entry): at 1e-4 the
+    # unpatched model itself, its lm_head merely rounded differently, left the 5e-3 top-k tolerance (1.7e-2, hidden
+    # 1024, three AdamW steps); Liger's fp32 mini_gemma4 (multimodal file) trains at 1e-5
+    assert _tolerances_with_multimodal(("gemma2", "llama", "gemma4")) == [
+        "1e-5", "1e-8", "3e-4", "5e-3", "1e-5", "5e-3", "1e-5"
+    ]  # fmt: skip
+    # without the multimodal file's entry: llama's lr, as before
+    assert _tolerances(("gemma2", "llama"), moe=False)[0] == "1e-4"
+    # a parent with an entry in the plain file keeps that one: the multimodal file is read for the others only
+    assert _tolerances_with_multimodal(("gemma4",), plain=SETUPS) == _tolerances(("gemma4",), moe=False)
+    # a routed multimodal entry (its experts named inside text_config) is never a dense model's, and is a routed one's
+    assert _tolerances_with_multimodal(("qwen3_vl_moe",)) == _tolerances((), moe=False)
+    assert _tolerances_with_multimodal(("qwen3_vl_moe",), moe=True)[0] == "1e-6"
+
+
+@pytest.mark.slow
+def test_gemma4_unified_text_s_fp32_entries_train_at_liger_s_gemma4_lr(liger_template):
+    plan = act.plan(understand("gemma4_unified_text"))
+    for path in act.CONVERGENCE_FILES[2:]:
+        lr, *_ = _generated_entry(plan, liger_template, path.as_posix())
+        assert lr == "1e-5", path
 
 
 def _generated_setup_ints(plan, liger_template, path: str) -> dict[str, int]:

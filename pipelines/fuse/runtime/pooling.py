@@ -196,6 +196,16 @@ def _span_config(partitions, rows, width, values: torch.Tensor) -> dict | None:
     return _embedding_pool().span_config_for_plain_mean(partitions, rows, width, values.dtype, values.device)
 
 
+def _span_forward_wins(partitions, rows, width, values: torch.Tensor) -> bool:
+    """Where the span forward (tensor-core sums over many partitions a program) beat the short design on the H200 grid
+    (twelfth session, benchmarks/pooling_grid_h200.md): bf16, at least 3 rows a partition and 512 values a partition
+    (L x D), with span's own bucket of many partitions; fp32 (emulated products) and L = 1 stayed with the short
+    design, and so does every backward."""
+    if values.dtype != torch.bfloat16 or not all(isinstance(size, int) for size in (partitions, rows, width)):
+        return False
+    return rows >= 3 * partitions and rows * width >= 512 * partitions
+
+
 def partitioned_mean_forward(
     values: torch.Tensor,
     offsets: torch.Tensor,
@@ -214,10 +224,15 @@ def partitioned_mean_forward(
     if b == 0 or n == 0:  # no partition, or every partition empty: zeros, no launch
         return values.new_zeros(b, d)
     block = short_config(b, n, d, values.dtype, values.device, force=bool(short)) if config is None else None
-    if block is not None and short is not False:  # short partitions: a block of them per program
+    span = (
+        _span_config(b, n, d, values)
+        if config is None and short is None and _span_forward_wins(b, n, d, values)
+        else None
+    )
+    if block is not None and short is not False and span is None:  # short partitions: a block of them per program
         return _short_forward(values, offsets, block)
     offsets = offsets.to(torch.int64)
-    span = _span_config(b, n, d, values) if config is None else None
+    span = span or (_span_config(b, n, d, values) if config is None else None)
     if span is not None:  # many short partitions: several per program (issue 13: 2.7-7x behind segment_reduce)
         return _embedding_pool().plain_mean_span_forward(values, offsets, span)
     pairs = _readable_in_pairs(values)

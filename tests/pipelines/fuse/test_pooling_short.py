@@ -148,3 +148,30 @@ def test_the_gpu_scripts_design_check_and_grid_row_run_on_the_interpreter(monkey
     for out in timed[1:]:
         torch.testing.assert_close(out.float(), timed[0].float(), rtol=2e-2, atol=2e-2)
     assert "| 6 | 2 | 12 | bf16 | 168 |" in grid.markdown({"device": "cpu", "torch": "", "triton": "", "skew": [row]})
+
+
+@pytest.mark.parametrize(
+    ("dtype", "mean_length", "width", "design"),
+    [
+        (torch.bfloat16, 4, 128, "span"),  # the H200 grid: tensor-core span forward ahead from L x D = 512
+        (torch.bfloat16, 16, 64, "span"),
+        (torch.bfloat16, 4, 64, "short"),  # L x D = 256: the short design ahead
+        (torch.bfloat16, 1, 1024, "short"),  # one row a partition: nothing for span's products to sum
+        (torch.float32, 16, 256, "short"),  # fp32 products are emulated: the short design ahead everywhere
+    ],
+)
+def test_the_forward_rule_keeps_span_where_it_measured_faster(dtype, mean_length, width, design, monkeypatch):
+    from pipelines.fuse.runtime import embedding_pool
+
+    calls = []
+    monkeypatch.setattr(pooling, "_short_forward", lambda values, offsets, block: calls.append("short"))
+    monkeypatch.setattr(
+        embedding_pool, "plain_mean_span_forward", lambda values, offsets, config: calls.append(config["kernel"])
+    )
+    partitions = embedding_pool.FEW_PARTITIONS
+    offsets = torch.arange(partitions + 1) * mean_length
+    pooling.partitioned_mean_forward(torch.empty(partitions * mean_length, width, dtype=dtype), offsets)
+    assert calls == [design]
+    calls.clear()
+    pooling.partitioned_mean_forward(torch.empty(partitions * mean_length, width, dtype=dtype), offsets, short=True)
+    assert calls == ["short"]  # forcing the short design still forces it

@@ -24,6 +24,7 @@ costs at short lengths; an id outside [0, V) reads (forward) or writes (backward
 from __future__ import annotations
 
 import json
+import os
 from pathlib import Path
 
 import torch
@@ -306,6 +307,93 @@ def _backward(ctx, grad_out):
 embedding_partitioned_mean_op.register_autograd(_backward, setup_context=_setup_context)
 
 
+# --- the pass's path off the CPU: the offsets check in the graph, the ops without a Python autograd kernel ---------
+# The recsys step on the H200 is host-bound (twelfth session: GPU busy 0.26 ms of a 1.7 ms step), and the checked op
+# above cost the host 149 us per call against 28 for its launch: 70 us in `assert_offsets_on_device`'s six eager ops,
+# the rest in torch.library.custom_op's Python dispatch (its autograd kernel runs in Python on every call, even with
+# grad off). So on a GPU the pass (families.triton_embedding_partitioned_mean) calls `pass_embedding_partitioned_mean`:
+# the check as aten ops in the graph it writes (Inductor fuses them into one kernel with a device assert:
+# aten._assert_async.msg lowers to tl.device_assert), then ops defined with torch.library.Library and no autograd
+# kernel (a C++ fall-through with grad off, as inside a compiled graph), differentiated by an autograd.Function that
+# AOTAutograd traces through at compile time. The CPU keeps the checked op (precise host checks and messages).
+
+CHECKS_IN_GRAPH_ON = ("cuda",)  # device types whose pass calls take the in-graph check; tests add "cpu"
+IN_GRAPH_CHECK_MESSAGE = "liger_fuse: offsets must lie within [0, N] and never decrease"
+_LIB = torch.library.Library("liger_fuse", "FRAGMENT")
+_LIB.define("embedding_mean_prechecked(Tensor table, Tensor ids, Tensor offsets) -> Tensor")
+_LIB.define(
+    "embedding_mean_prechecked_backward(Tensor grad_out, Tensor ids, Tensor offsets, SymInt vocabulary, "
+    "ScalarType dtype) -> Tensor"
+)
+
+
+def checks_in_graph(device: torch.device) -> bool:
+    """Whether the pass's call on this device checks its offsets in the graph (LIGER_FUSE_CHECKS_IN_GRAPH=0: never,
+    the checked op instead: the before / after switch of benchmarks/recsys_host_gpu.py)."""
+    if os.environ.get("LIGER_FUSE_CHECKS_IN_GRAPH", "1") == "0":
+        return False
+    return device.type in CHECKS_IN_GRAPH_ON
+
+
+def offsets_checked_in_graph(offsets: torch.Tensor, rows) -> torch.Tensor:
+    """The offsets when they lie within [0, rows] and never decrease, else zeros (every partition empty: the kernels
+    then read and write nothing), with a device assert naming the rule; no host read, no branch on sizes (rows may be
+    symbolic), so a trace records plain aten ops. The kernels read the result, so no scheduler can launch them
+    before the check."""
+    ok = (offsets[0] >= 0) & (offsets[-1] <= rows) & (offsets[1:] >= offsets[:-1]).all()
+    torch._assert_async(ok, IN_GRAPH_CHECK_MESSAGE)
+    return offsets * ok
+
+
+def _prechecked_forward(table, ids, offsets):
+    _check_types(table, ids, offsets)
+    return embedding_mean_forward(table, ids, offsets)
+
+
+def _prechecked_backward(grad_out, ids, offsets, vocabulary, dtype):
+    return embedding_mean_backward(grad_out, ids, offsets, vocabulary, dtype)
+
+
+for _key in ("CUDA", "CPU"):  # CPU: the interpreter's tests
+    _LIB.impl("embedding_mean_prechecked", _prechecked_forward, _key)
+    _LIB.impl("embedding_mean_prechecked_backward", _prechecked_backward, _key)
+
+
+@torch.library.register_fake("liger_fuse::embedding_mean_prechecked", lib=_LIB)
+def _(table, ids, offsets):
+    return table.new_empty(offsets.shape[0] - 1, table.shape[1])
+
+
+@torch.library.register_fake("liger_fuse::embedding_mean_prechecked_backward", lib=_LIB)
+def _(grad_out, ids, offsets, vocabulary, dtype):
+    return grad_out.new_empty(vocabulary, grad_out.shape[1], dtype=dtype)
+
+
+class PrecheckedMean(torch.autograd.Function):
+    """The prechecked ops with their backward; AOTAutograd traces through it, so a compiled graph calls the two ops."""
+
+    @staticmethod
+    def forward(ctx, table, ids, offsets):
+        ctx.save_for_backward(ids, offsets)
+        ctx.vocabulary, ctx.dtype = table.shape[0], table.dtype
+        return torch.ops.liger_fuse.embedding_mean_prechecked.default(table, ids, offsets)
+
+    @staticmethod
+    def backward(ctx, grad_out):
+        ids, offsets = ctx.saved_tensors
+        grad_table = torch.ops.liger_fuse.embedding_mean_prechecked_backward.default(
+            grad_out, ids, offsets, ctx.vocabulary, ctx.dtype
+        )
+        return grad_table, None, None
+
+
+def pass_embedding_partitioned_mean(table: torch.Tensor, ids: torch.Tensor, offsets: torch.Tensor) -> torch.Tensor:
+    """What the pass calls: the checked op on the CPU, the in-graph check and the prechecked ops elsewhere."""
+    if not checks_in_graph(offsets.device):
+        return embedding_partitioned_mean_op(table, ids, offsets)
+    return PrecheckedMean.apply(table, ids, offsets_checked_in_graph(offsets, ids.shape[0]))
+
+
 def embedding_partitioned_mean(
     table: torch.Tensor, ids: torch.Tensor, offsets: torch.Tensor, check_ids: bool = False
 ) -> torch.Tensor:
@@ -329,5 +417,7 @@ __all__ = [
     "embedding_partitioned_mean_op",
     "launch_bucket",
     "launch_config",
+    "offsets_checked_in_graph",
+    "pass_embedding_partitioned_mean",
     "rule_config",
 ]

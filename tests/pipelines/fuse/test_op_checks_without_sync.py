@@ -5,7 +5,12 @@ from __future__ import annotations
 
 import pytest
 import torch
+from functorch.compile import make_boxed_func
+from torch._dynamo.backends.common import aot_autograd
 
+from pipelines.fuse import recsys
+from pipelines.fuse.runtime import compile as fuse_compile
+from pipelines.fuse.runtime import embedding_pool
 from pipelines.fuse.runtime import pooling
 
 
@@ -44,3 +49,87 @@ def test_the_ops_still_refuse_bad_offsets_on_the_cpu_with_the_precise_message():
     values = torch.randn(5, 4)
     with pytest.raises(ValueError, match="offsets must not decrease"):
         torch.ops.liger_fuse.partitioned_mean(values, torch.tensor([0, 3, 2, 5]))
+
+
+# --- the pass's path off the CPU: the offsets check in the graph, the prechecked ops (embedding_pool.py) --------
+
+
+def test_the_in_graph_check_keeps_good_offsets_and_refuses_bad_ones_without_reading_them(monkeypatch):
+    _no_host_reads(monkeypatch)
+    good = torch.tensor([1, 2, 2, 4])  # the pass's ops allow rows outside the partitions
+    assert torch.equal(embedding_pool.offsets_checked_in_graph(good, 5), good)
+    for bad in (torch.tensor([0, 3, 2, 5]), torch.tensor([0, 2, 6]), torch.tensor([-1, 2, 5])):
+        with pytest.raises(RuntimeError, match="liger_fuse: offsets must lie within"):
+            embedding_pool.offsets_checked_in_graph(bad, 5)
+
+
+def test_the_pass_checks_in_the_graph_on_a_gpu_only_unless_switched_off(monkeypatch):
+    assert embedding_pool.checks_in_graph(torch.device("cuda"))
+    assert not embedding_pool.checks_in_graph(torch.device("cpu"))  # the CPU keeps the precise host checks
+    monkeypatch.setenv("LIGER_FUSE_CHECKS_IN_GRAPH", "0")
+    assert not embedding_pool.checks_in_graph(torch.device("cuda"))
+
+
+def _traced_graphs(monkeypatch):
+    """fuse_compile whose inner compiler keeps AOTAutograd's forward and backward graphs, with the in-graph check on
+    the CPU (as on a GPU)."""
+    monkeypatch.setattr(embedding_pool, "CHECKS_IN_GRAPH_ON", ("cuda", "cpu"))
+    graphs = []
+
+    def keep(gm, example_inputs):
+        graphs.append(gm)
+        return make_boxed_func(gm)
+
+    return aot_autograd(fw_compiler=keep, bw_compiler=keep), graphs
+
+
+def test_the_pass_on_a_gpu_checks_in_its_graph_and_calls_the_prechecked_ops_with_the_eager_gradient(monkeypatch):
+    inner, graphs = _traced_graphs(monkeypatch)
+    size = recsys.DemoSize(items=50, dim=8, histories=4, max_history=5, hidden=8)
+    data = recsys.batches(size, 4, "cpu")
+    torch.manual_seed(0)
+    eager = recsys.NaiveEncoder(size)
+    model = recsys.NaiveEncoder(size)
+    model.load_state_dict(eager.state_dict())
+    torch._dynamo.reset()
+    torch._dynamo.utils.counters.clear()
+    fused = fuse_compile(model, inner=inner)
+    for batch in data:  # lengths change every batch
+        loss, grads = recsys.first_step_grads(fused, batch)
+        eager_loss, eager_grads = recsys.first_step_grads(eager, batch)
+        torch.testing.assert_close(loss, eager_loss)
+        for name, grad in eager_grads.items():
+            torch.testing.assert_close(grads[name], grad, rtol=1e-5, atol=1e-6)
+    stats = fused.liger_fuse_stats
+    # the first batch's static graph, then one with dynamic lengths for the rest; never a break
+    assert stats.graphs_compiled == 2 and not torch._dynamo.utils.counters["graph_break"] and not stats.fallbacks
+    assert stats.replaced_by["embedding_partitioned_mean -> triton_embedding_partitioned_mean"] == 2
+    forward, backward = (_targets(graphs[i::2]) for i in (0, 1))
+    assert {"aten._assert_async.msg", "liger_fuse.embedding_mean_prechecked.default"} <= forward
+    assert "liger_fuse.embedding_mean_prechecked_backward.default" in backward
+    everything = forward | backward
+    assert not any("embedding_partitioned_mean" in t or "local_scalar_dense" in t for t in everything)
+
+    ids, offsets, _ = data[-1]
+    bad = offsets.clone()
+    bad[2] = bad[1] - 1  # same shapes: no recompile, so nothing reads the offsets on the host
+    _no_host_reads(monkeypatch)
+    with pytest.raises(RuntimeError, match="liger_fuse: offsets must lie within"):
+        fused(ids, bad)
+    assert stats.graphs_compiled == 2
+
+
+def _targets(graphs) -> set[str]:
+    return {str(n.target) for gm in graphs for n in gm.graph.nodes if n.op == "call_function"}
+
+
+def test_the_prechecked_ops_pass_torch_library_opcheck():
+    table = torch.randn(8, 4)
+    ids, offsets = torch.tensor([3, 1, 3, 0, 7]), torch.tensor([0, 2, 2, 5])
+    checks = ("test_schema", "test_faketensor")
+    torch.library.opcheck(
+        torch.ops.liger_fuse.embedding_mean_prechecked.default, (table, ids, offsets), test_utils=checks
+    )
+    grad_out = torch.randn(3, 4)
+    args = (grad_out, ids, offsets, 8, torch.float32)
+    torch.library.opcheck(torch.ops.liger_fuse.embedding_mean_prechecked_backward.default, args, test_utils=checks)

@@ -387,11 +387,109 @@ class PrecheckedMean(torch.autograd.Function):
         return grad_table, None, None
 
 
+# --- opt-in (LIGER_FUSE_LAUNCH=inductor): the same prechecked kernels as triton_ops, launched by Inductor ---------
+# With the check out of the op, nothing in its body reads offsets' values, so a triton_op's body traces (the tenth
+# session left triton_op for the host check AOTAutograd traced into): Inductor then launches the kernels from its own
+# code, with no Python op dispatch and no Triton JIT launcher per call. The launch is picked from the trace's example
+# sizes without a guard (both designs compute any lengths; a batch in another bucket keeps the first one's launch, a
+# speed matter only), so lengths that change every batch do not recompile. Not the default until the H200 shows it.
+
+
+def launches_in_inductor(device: torch.device) -> bool:
+    return device.type == "cuda" and os.environ.get("LIGER_FUSE_LAUNCH", "op") == "inductor"
+
+
+def _example(size) -> int:
+    """A size as a number: itself, or a symbolic size's example value (no guard); 0 when it has none."""
+    if isinstance(size, int):
+        return size
+    hint = size.node.hint
+    return int(hint) if hint is not None else 0
+
+
+def _no_rows(partitions, rows) -> bool:
+    from torch.fx.experimental.symbolic_shapes import guard_or_false
+
+    return guard_or_false(partitions == 0) or guard_or_false(rows == 0)
+
+
+def launched_forward(table: torch.Tensor, ids: torch.Tensor, offsets: torch.Tensor) -> torch.Tensor:
+    """The triton_op's body: one launch through wrap_triton (a trace records it, Inductor launches it)."""
+    from torch.library import wrap_triton
+
+    table, ids, offsets = _row_major(table), ids.contiguous(), offsets.contiguous()
+    partitions, width, rows = offsets.shape[0] - 1, table.shape[1], ids.shape[0]
+    if _no_rows(partitions, rows):
+        return table.new_zeros(partitions, width)
+    config = launch_config(_example(partitions), _example(rows), width, table.dtype, table.device)
+    out = table.new_empty(partitions, width)
+    args = (table, ids, offsets, out, partitions, width, table.stride(0))
+    grid = _grid(config, partitions, width)
+    if config["kernel"] == "span":
+        span = wrap_triton(_kernels().embedding_mean_span_fwd_kernel)
+        span[grid](*args, IEEE=_dot_in_fp32(table.dtype), GATHER=True, **_launch_args(config))
+    else:
+        wrap_triton(_kernels().embedding_mean_loop_fwd_kernel)[grid](*args, **_launch_args(config))
+    return out
+
+
+def launched_backward(grad_out, ids, offsets, vocabulary, dtype) -> torch.Tensor:
+    """The backward triton_op's body: the zeroed fp32 gradient and one atomics launch."""
+    from torch.library import wrap_triton
+
+    grad_out, ids, offsets = grad_out.contiguous(), ids.contiguous(), offsets.contiguous()
+    partitions, width = grad_out.shape
+    rows = ids.shape[0]
+    if _no_rows(partitions, rows):
+        return grad_out.new_zeros(vocabulary, width, dtype=dtype)
+    config = launch_config(_example(partitions), _example(rows), width, dtype, grad_out.device)
+    grad_table = torch.zeros(vocabulary, width, dtype=torch.float32, device=grad_out.device)
+    args = (grad_out, ids, offsets, grad_table, partitions, width)
+    launch = {k: v for k, v in _launch_args(config).items() if k not in ("num_stages",)}
+    kernel = _kernels().embedding_mean_span_bwd_kernel if config["kernel"] == "span" else None
+    kernel = kernel or _kernels().embedding_mean_loop_bwd_kernel
+    wrap_triton(kernel)[_grid(config, partitions, width)](*args, **launch)
+    return grad_table if dtype == torch.float32 else grad_table.to(dtype)
+
+
+@torch.library.triton_op("liger_fuse::embedding_mean_launched", mutates_args=())
+def embedding_mean_launched(table: torch.Tensor, ids: torch.Tensor, offsets: torch.Tensor) -> torch.Tensor:
+    return launched_forward(table, ids, offsets)
+
+
+@torch.library.triton_op("liger_fuse::embedding_mean_launched_backward", mutates_args=())
+def embedding_mean_launched_backward(
+    grad_out: torch.Tensor, ids: torch.Tensor, offsets: torch.Tensor, vocabulary: int, dtype: torch.dtype
+) -> torch.Tensor:
+    return launched_backward(grad_out, ids, offsets, vocabulary, dtype)
+
+
+class LaunchedMean(torch.autograd.Function):
+    """The triton_ops with their backward (deterministic mode at trace time: the prechecked op's sorted sum)."""
+
+    @staticmethod
+    def forward(ctx, table, ids, offsets):
+        ctx.save_for_backward(ids, offsets)
+        ctx.vocabulary, ctx.dtype = table.shape[0], table.dtype
+        return embedding_mean_launched(table, ids, offsets)
+
+    @staticmethod
+    def backward(ctx, grad_out):
+        ids, offsets = ctx.saved_tensors
+        if torch.are_deterministic_algorithms_enabled():
+            backward = torch.ops.liger_fuse.embedding_mean_prechecked_backward.default
+        else:
+            backward = embedding_mean_launched_backward
+        return backward(grad_out, ids, offsets, ctx.vocabulary, ctx.dtype), None, None
+
+
 def pass_embedding_partitioned_mean(table: torch.Tensor, ids: torch.Tensor, offsets: torch.Tensor) -> torch.Tensor:
-    """What the pass calls: the checked op on the CPU, the in-graph check and the prechecked ops elsewhere."""
+    """What the pass calls: the checked op on the CPU, the in-graph check and the prechecked ops elsewhere (launched
+    by Inductor with LIGER_FUSE_LAUNCH=inductor on CUDA)."""
     if not checks_in_graph(offsets.device):
         return embedding_partitioned_mean_op(table, ids, offsets)
-    return PrecheckedMean.apply(table, ids, offsets_checked_in_graph(offsets, ids.shape[0]))
+    function = LaunchedMean if launches_in_inductor(offsets.device) else PrecheckedMean
+    return function.apply(table, ids, offsets_checked_in_graph(offsets, ids.shape[0]))
 
 
 def embedding_partitioned_mean(

@@ -133,3 +133,71 @@ def test_the_prechecked_ops_pass_torch_library_opcheck():
     grad_out = torch.randn(3, 4)
     args = (grad_out, ids, offsets, 8, torch.float32)
     torch.library.opcheck(torch.ops.liger_fuse.embedding_mean_prechecked_backward.default, args, test_utils=checks)
+
+
+# the opt-in Inductor launch (LIGER_FUSE_LAUNCH=inductor): traced in a child without the interpreter, whose
+# InterpretedFunctions wrap_triton cannot trace (the kernels must be Triton JITFunctions; nothing is launched)
+_TRACE_LAUNCHED = r"""
+import json, os
+os.environ["LIGER_FUSE_LAUNCH"] = "inductor"
+import torch
+from functorch.compile import aot_function, default_partition
+from torch.fx.experimental.proxy_tensor import make_fx
+from pipelines.fuse.runtime import embedding_pool as ep
+
+joints, report = [], {}
+def keep_joint(joint, inputs, **kwargs):
+    joints.append(joint)
+    return default_partition(joint, inputs, **kwargs)
+class Stop(Exception):
+    pass
+def stop(gm, example_inputs):
+    raise Stop
+def pooled(table, ids, offsets):
+    return ep.LaunchedMean.apply(table, ids, ep.offsets_checked_in_graph(offsets, ids.shape[0]))
+table = torch.randn(200, 128, requires_grad=True)
+ids, offsets = torch.randint(0, 200, (3000,)), torch.linspace(0, 3000, 11).long()
+try:
+    aot_function(pooled, fw_compiler=stop, partition_fn=keep_joint, dynamic=True)(table, ids, offsets)
+except Stop:
+    pass
+report["joint"] = [str(n.target) for n in joints[0].graph.nodes if n.op == "call_function"]
+for name, fn, args in (
+    ("forward", ep.launched_forward, (table.detach(), ids, offsets)),
+    ("backward", ep.launched_backward, (torch.randn(10, 128), ids, offsets, 200, torch.float32)),
+):
+    gm = make_fx(fn, tracing_mode="symbolic")(*args)
+    values = gm.shape_env.var_to_val
+    rows = [s for s, v in values.items() if int(v) == 3000]
+    bounds = [s for s, v in values.items() if int(v) == 11]
+    guards = [g.expr for g in gm.shape_env.guards]
+    report[name] = {
+        "rows_in_guards": [str(g) for g in guards if set(rows) & g.free_symbols],
+        "bounds_guards_false_at_some_b": [
+            str(g) for g in guards if set(bounds) & g.free_symbols
+            and not all(bool(g.subs({s: b for s in bounds})) for b in (3, 17, 5000))
+        ],
+    }
+print("REPORT" + json.dumps(report))
+"""
+
+
+def test_the_inductor_launch_traces_both_kernels_behind_the_in_graph_check_with_no_size_guard():
+    import json
+    import os
+    import subprocess
+    import sys
+
+    env = {k: v for k, v in os.environ.items() if k != "TRITON_INTERPRET"}
+    child = subprocess.run(
+        [sys.executable, "-c", _TRACE_LAUNCHED], env=env, capture_output=True, text=True, timeout=240, check=False
+    )
+    line = [ln for ln in child.stdout.splitlines() if ln.startswith("REPORT")]
+    assert line, child.stderr[-3000:]
+    report = json.loads(line[0].removeprefix("REPORT"))
+    joint = report["joint"]
+    assert joint.count("triton_kernel_wrapper_functional") == 2  # forward and backward, launched by Inductor
+    assert "aten._assert_async.msg" in joint and not any("local_scalar_dense" in t for t in joint)
+    assert not any("liger_fuse" in t for t in joint)  # no Python op left to dispatch
+    for side in ("forward", "backward"):  # lengths that change every batch add no guard: no recompile
+        assert report[side] == {"rows_in_guards": [], "bounds_guards_false_at_some_b": []}, report

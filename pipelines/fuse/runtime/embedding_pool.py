@@ -24,6 +24,7 @@ costs at short lengths; an id outside [0, V) reads (forward) or writes (backward
 from __future__ import annotations
 
 import json
+import os
 from pathlib import Path
 
 import torch
@@ -306,6 +307,191 @@ def _backward(ctx, grad_out):
 embedding_partitioned_mean_op.register_autograd(_backward, setup_context=_setup_context)
 
 
+# --- the pass's path off the CPU: the offsets check in the graph, the ops without a Python autograd kernel ---------
+# The recsys step on the H200 is host-bound (twelfth session: GPU busy 0.26 ms of a 1.7 ms step), and the checked op
+# above cost the host 149 us per call against 28 for its launch: 70 us in `assert_offsets_on_device`'s six eager ops,
+# the rest in torch.library.custom_op's Python dispatch (its autograd kernel runs in Python on every call, even with
+# grad off). So on a GPU the pass (families.triton_embedding_partitioned_mean) calls `pass_embedding_partitioned_mean`:
+# the check as aten ops in the graph it writes (Inductor fuses them into one kernel with a device assert:
+# aten._assert_async.msg lowers to tl.device_assert), then ops defined with torch.library.Library and no autograd
+# kernel (a C++ fall-through with grad off, as inside a compiled graph), differentiated by an autograd.Function that
+# AOTAutograd traces through at compile time. The CPU keeps the checked op (precise host checks and messages).
+
+CHECKS_IN_GRAPH_ON = ("cuda",)  # device types whose pass calls take the in-graph check; tests add "cpu"
+IN_GRAPH_CHECK_MESSAGE = "liger_fuse: offsets must lie within [0, N] and never decrease"
+_LIB = torch.library.Library("liger_fuse", "FRAGMENT")
+_LIB.define("embedding_mean_prechecked(Tensor table, Tensor ids, Tensor offsets) -> Tensor")
+_LIB.define(
+    "embedding_mean_prechecked_backward(Tensor grad_out, Tensor ids, Tensor offsets, SymInt vocabulary, "
+    "ScalarType dtype) -> Tensor"
+)
+
+
+def checks_in_graph(device: torch.device) -> bool:
+    """Whether the pass's call on this device checks its offsets in the graph (LIGER_FUSE_CHECKS_IN_GRAPH=0: never,
+    the checked op instead: the before / after switch of benchmarks/recsys_host_gpu.py)."""
+    if os.environ.get("LIGER_FUSE_CHECKS_IN_GRAPH", "1") == "0":
+        return False
+    return device.type in CHECKS_IN_GRAPH_ON
+
+
+def offsets_checked_in_graph(offsets: torch.Tensor, rows) -> torch.Tensor:
+    """The offsets when they lie within [0, rows] and never decrease, else zeros (every partition empty: the kernels
+    then read and write nothing), with a device assert naming the rule; no host read, no branch on sizes (rows may be
+    symbolic), so a trace records plain aten ops. The kernels read the result, so no scheduler can launch them
+    before the check."""
+    ok = (offsets[0] >= 0) & (offsets[-1] <= rows) & (offsets[1:] >= offsets[:-1]).all()
+    torch._assert_async(ok, IN_GRAPH_CHECK_MESSAGE)
+    return offsets * ok
+
+
+def _prechecked_forward(table, ids, offsets):
+    _check_types(table, ids, offsets)
+    return embedding_mean_forward(table, ids, offsets)
+
+
+def _prechecked_backward(grad_out, ids, offsets, vocabulary, dtype):
+    return embedding_mean_backward(grad_out, ids, offsets, vocabulary, dtype)
+
+
+for _key in ("CUDA", "CPU"):  # CPU: the interpreter's tests
+    _LIB.impl("embedding_mean_prechecked", _prechecked_forward, _key)
+    _LIB.impl("embedding_mean_prechecked_backward", _prechecked_backward, _key)
+
+
+@torch.library.register_fake("liger_fuse::embedding_mean_prechecked", lib=_LIB)
+def _(table, ids, offsets):
+    return table.new_empty(offsets.shape[0] - 1, table.shape[1])
+
+
+@torch.library.register_fake("liger_fuse::embedding_mean_prechecked_backward", lib=_LIB)
+def _(grad_out, ids, offsets, vocabulary, dtype):
+    return grad_out.new_empty(vocabulary, grad_out.shape[1], dtype=dtype)
+
+
+class PrecheckedMean(torch.autograd.Function):
+    """The prechecked ops with their backward; AOTAutograd traces through it, so a compiled graph calls the two ops."""
+
+    @staticmethod
+    def forward(ctx, table, ids, offsets):
+        ctx.save_for_backward(ids, offsets)
+        ctx.vocabulary, ctx.dtype = table.shape[0], table.dtype
+        return torch.ops.liger_fuse.embedding_mean_prechecked.default(table, ids, offsets)
+
+    @staticmethod
+    def backward(ctx, grad_out):
+        ids, offsets = ctx.saved_tensors
+        grad_table = torch.ops.liger_fuse.embedding_mean_prechecked_backward.default(
+            grad_out, ids, offsets, ctx.vocabulary, ctx.dtype
+        )
+        return grad_table, None, None
+
+
+# --- opt-in (LIGER_FUSE_LAUNCH=inductor): the same prechecked kernels as triton_ops, launched by Inductor ---------
+# With the check out of the op, nothing in its body reads offsets' values, so a triton_op's body traces (the tenth
+# session left triton_op for the host check AOTAutograd traced into): Inductor then launches the kernels from its own
+# code, with no Python op dispatch and no Triton JIT launcher per call. The launch is picked from the trace's example
+# sizes without a guard (both designs compute any lengths; a batch in another bucket keeps the first one's launch, a
+# speed matter only), so lengths that change every batch do not recompile. Not the default until the H200 shows it.
+
+
+def launches_in_inductor(device: torch.device) -> bool:
+    return device.type == "cuda" and os.environ.get("LIGER_FUSE_LAUNCH", "op") == "inductor"
+
+
+def _example(size) -> int:
+    """A size as a number: itself, or a symbolic size's example value (no guard); 0 when it has none."""
+    if isinstance(size, int):
+        return size
+    hint = size.node.hint
+    return int(hint) if hint is not None else 0
+
+
+def _no_rows(partitions, rows) -> bool:
+    from torch.fx.experimental.symbolic_shapes import guard_or_false
+
+    return guard_or_false(partitions == 0) or guard_or_false(rows == 0)
+
+
+def launched_forward(table: torch.Tensor, ids: torch.Tensor, offsets: torch.Tensor) -> torch.Tensor:
+    """The triton_op's body: one launch through wrap_triton (a trace records it, Inductor launches it)."""
+    from torch.library import wrap_triton
+
+    table, ids, offsets = _row_major(table), ids.contiguous(), offsets.contiguous()
+    partitions, width, rows = offsets.shape[0] - 1, table.shape[1], ids.shape[0]
+    if _no_rows(partitions, rows):
+        return table.new_zeros(partitions, width)
+    config = launch_config(_example(partitions), _example(rows), width, table.dtype, table.device)
+    out = table.new_empty(partitions, width)
+    args = (table, ids, offsets, out, partitions, width, table.stride(0))
+    grid = _grid(config, partitions, width)
+    if config["kernel"] == "span":
+        span = wrap_triton(_kernels().embedding_mean_span_fwd_kernel)
+        span[grid](*args, IEEE=_dot_in_fp32(table.dtype), GATHER=True, **_launch_args(config))
+    else:
+        wrap_triton(_kernels().embedding_mean_loop_fwd_kernel)[grid](*args, **_launch_args(config))
+    return out
+
+
+def launched_backward(grad_out, ids, offsets, vocabulary, dtype) -> torch.Tensor:
+    """The backward triton_op's body: the zeroed fp32 gradient and one atomics launch."""
+    from torch.library import wrap_triton
+
+    grad_out, ids, offsets = grad_out.contiguous(), ids.contiguous(), offsets.contiguous()
+    partitions, width = grad_out.shape
+    rows = ids.shape[0]
+    if _no_rows(partitions, rows):
+        return grad_out.new_zeros(vocabulary, width, dtype=dtype)
+    config = launch_config(_example(partitions), _example(rows), width, dtype, grad_out.device)
+    grad_table = torch.zeros(vocabulary, width, dtype=torch.float32, device=grad_out.device)
+    args = (grad_out, ids, offsets, grad_table, partitions, width)
+    launch = {k: v for k, v in _launch_args(config).items() if k not in ("num_stages",)}
+    kernel = _kernels().embedding_mean_span_bwd_kernel if config["kernel"] == "span" else None
+    kernel = kernel or _kernels().embedding_mean_loop_bwd_kernel
+    wrap_triton(kernel)[_grid(config, partitions, width)](*args, **launch)
+    return grad_table if dtype == torch.float32 else grad_table.to(dtype)
+
+
+@torch.library.triton_op("liger_fuse::embedding_mean_launched", mutates_args=())
+def embedding_mean_launched(table: torch.Tensor, ids: torch.Tensor, offsets: torch.Tensor) -> torch.Tensor:
+    return launched_forward(table, ids, offsets)
+
+
+@torch.library.triton_op("liger_fuse::embedding_mean_launched_backward", mutates_args=())
+def embedding_mean_launched_backward(
+    grad_out: torch.Tensor, ids: torch.Tensor, offsets: torch.Tensor, vocabulary: int, dtype: torch.dtype
+) -> torch.Tensor:
+    return launched_backward(grad_out, ids, offsets, vocabulary, dtype)
+
+
+class LaunchedMean(torch.autograd.Function):
+    """The triton_ops with their backward (deterministic mode at trace time: the prechecked op's sorted sum)."""
+
+    @staticmethod
+    def forward(ctx, table, ids, offsets):
+        ctx.save_for_backward(ids, offsets)
+        ctx.vocabulary, ctx.dtype = table.shape[0], table.dtype
+        return embedding_mean_launched(table, ids, offsets)
+
+    @staticmethod
+    def backward(ctx, grad_out):
+        ids, offsets = ctx.saved_tensors
+        if torch.are_deterministic_algorithms_enabled():
+            backward = torch.ops.liger_fuse.embedding_mean_prechecked_backward.default
+        else:
+            backward = embedding_mean_launched_backward
+        return backward(grad_out, ids, offsets, ctx.vocabulary, ctx.dtype), None, None
+
+
+def pass_embedding_partitioned_mean(table: torch.Tensor, ids: torch.Tensor, offsets: torch.Tensor) -> torch.Tensor:
+    """What the pass calls: the checked op on the CPU, the in-graph check and the prechecked ops elsewhere (launched
+    by Inductor with LIGER_FUSE_LAUNCH=inductor on CUDA)."""
+    if not checks_in_graph(offsets.device):
+        return embedding_partitioned_mean_op(table, ids, offsets)
+    function = LaunchedMean if launches_in_inductor(offsets.device) else PrecheckedMean
+    return function.apply(table, ids, offsets_checked_in_graph(offsets, ids.shape[0]))
+
+
 def embedding_partitioned_mean(
     table: torch.Tensor, ids: torch.Tensor, offsets: torch.Tensor, check_ids: bool = False, sparse: bool = False
 ) -> torch.Tensor:
@@ -334,5 +520,7 @@ __all__ = [
     "embedding_partitioned_mean_op",
     "launch_bucket",
     "launch_config",
+    "offsets_checked_in_graph",
+    "pass_embedding_partitioned_mean",
     "rule_config",
 ]

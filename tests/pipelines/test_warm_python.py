@@ -79,7 +79,7 @@ def test_triton_interpret_is_set_per_command_and_another_env_runs_fresh(warm):
     runner, root = warm
     forked, fresh = both(warm, ["-m", "kernel_kind"], {**ENV, "TRITON_INTERPRET": "1"})
     assert forked.output == fresh.output == "InterpretedFunction\n"
-    forked, fresh = both(warm, ["-m", "kernel_kind"])
+    forked, fresh = both(warm, ["-m", "kernel_kind"], {**ENV, "TRITON_INTERPRET": "0"})  # the suite's env may set 1
     assert forked.output == fresh.output == "JITFunction\n"
     before = runner.forked
     other = runner.run([sys.executable, "-c", REPORT], root, {**ENV, "HF_DATASETS_OFFLINE": "1"}, 60)

@@ -28,6 +28,7 @@ from pathlib import Path
 from typing import Protocol
 
 from pipelines import changeset
+from pipelines import warm_python
 from pipelines.autopatch import act
 from pipelines.autopatch import supported
 from pipelines.autopatch.profile import Profile
@@ -93,7 +94,8 @@ def apply_function(profile: Profile, root: Path) -> str:
 
 def gate_import(profile: Profile, root: Path, runner: Runner) -> GateResult:
     fn = apply_function(profile, root)
-    proc = runner.run([sys.executable, "-c", f"from liger_kernel.transformers import {fn}"], root, target_env(), 300)
+    argv = [sys.executable, "-c", f"from liger_kernel.transformers import {fn}"]
+    proc = warm_python.fresh(runner).run(argv, root, target_env(), 300)  # a fresh interpreter: nothing imported
     return _result("Import", proc, f"from liger_kernel.transformers import {fn}")
 
 
@@ -494,8 +496,20 @@ def verify(
     progress: Callable[[str], None] = lambda _: None,
     gates: tuple[tuple[str, Gate], ...] = GATES,
 ) -> list[GateResult]:
-    """Run the gates in order; after a hard failure the rest are reported as not run."""
+    """Run the gates in order; after a hard failure the rest are reported as not run.
+
+    On a CPU host the gates' Python children fork from one warm interpreter (`warm_python`: torch and
+    transformers imported once, the gates' own environment); the import gate starts a fresh one."""
     runner = runner or LocalRunner.detect()
+    if type(runner) is LocalRunner and not runner.has_gpu:
+        with warm_python.WarmRunner(runner, root, target_env()) as warm:
+            return _verify(profile, root, warm, progress, gates)
+    return _verify(profile, root, runner, progress, gates)
+
+
+def _verify(
+    profile: Profile, root: Path, runner: Runner, progress: Callable[[str], None], gates: tuple[tuple[str, Gate], ...]
+) -> list[GateResult]:
     results: list[GateResult] = []
     failed: str | None = None
     for name, gate in gates:

@@ -138,6 +138,16 @@ def embedding_mean_span_bwd_kernel(
 
 
 @triton.jit
+def partition_grad(grad_out_ptr, offsets_ptr, b, cols, col_mask, D):
+    """Partition b's rows [start, end) and its share of the gradient, grad_out[b] / len(b), over `cols` (fp32)."""
+    start = tl.load(offsets_ptr + b).to(tl.int64)
+    end = tl.load(offsets_ptr + b + 1).to(tl.int64)
+    scale = 1.0 / tl.maximum(end - start, 1).to(tl.float32)
+    g = tl.load(grad_out_ptr + b * D + cols, mask=col_mask, other=0.0).to(tl.float32) * scale
+    return start, end, g
+
+
+@triton.jit
 def embedding_mean_loop_bwd_kernel(
     grad_out_ptr,
     ids_ptr,
@@ -151,10 +161,7 @@ def embedding_mean_loop_bwd_kernel(
     b = tl.program_id(0).to(tl.int64)
     cols = tl.program_id(1) * BLOCK_D + tl.arange(0, BLOCK_D)
     col_mask = cols < D
-    start = tl.load(offsets_ptr + b).to(tl.int64)
-    end = tl.load(offsets_ptr + b + 1).to(tl.int64)
-    scale = 1.0 / tl.maximum(end - start, 1).to(tl.float32)
-    g = tl.load(grad_out_ptr + b * D + cols, mask=col_mask, other=0.0).to(tl.float32) * scale
+    start, end, g = partition_grad(grad_out_ptr, offsets_ptr, b, cols, col_mask, D)
     tile = tl.zeros((BLOCK_N, BLOCK_D), dtype=tl.float32) + g[None, :]
     rows0 = tl.arange(0, BLOCK_N)
     for r in range(start, end, BLOCK_N):
@@ -170,5 +177,6 @@ __all__ = [
     "embedding_mean_loop_fwd_kernel",
     "embedding_mean_span_bwd_kernel",
     "embedding_mean_span_fwd_kernel",
+    "partition_grad",
     "triton",
 ]

@@ -17,6 +17,7 @@ import triton
 import triton.language as tl
 
 from . import embedding_pool
+from .embedding_pool_kernels import partition_grad
 
 
 @triton.jit
@@ -31,10 +32,7 @@ def embedding_mean_sparse_rows_kernel(
     b = tl.program_id(0).to(tl.int64)
     cols = tl.program_id(1) * BLOCK_D + tl.arange(0, BLOCK_D)
     col_mask = cols < D
-    start = tl.load(offsets_ptr + b).to(tl.int64)
-    end = tl.load(offsets_ptr + b + 1).to(tl.int64)
-    scale = 1.0 / tl.maximum(end - start, 1).to(tl.float32)
-    g = tl.load(grad_out_ptr + b * D + cols, mask=col_mask, other=0.0).to(tl.float32) * scale
+    start, end, g = partition_grad(grad_out_ptr, offsets_ptr, b, cols, col_mask, D)
     tile = (tl.zeros((BLOCK_N, BLOCK_D), dtype=tl.float32) + g[None, :]).to(rows_ptr.dtype.element_ty)
     rows0 = tl.arange(0, BLOCK_N)
     for r in range(start, end, BLOCK_N):

@@ -205,9 +205,33 @@ def _built_mixtral_experts():
     return MixtralForCausalLM(config).model.layers[0].mlp.experts
 
 
+class _IdentityServingExperts(torch.nn.Module):
+    """LongCat-Flash's experts up to transformers 5.24: indices past down_proj's rows are identity experts, served
+    inside the experts module (5.25 moved them into the MoE block, so the modeling file's class no longer shows it)."""
+
+    def __init__(self, hidden_size: int, intermediate_size: int, routed: int, identities: int):
+        super().__init__()
+        self.routed, self.total = routed, routed + identities
+        self.gate_up_proj = torch.nn.Parameter(torch.randn(self.total, 2 * intermediate_size, hidden_size))
+        self.down_proj = torch.nn.Parameter(torch.randn(routed, hidden_size, intermediate_size))
+
+    def forward(self, hidden_states, top_k_index, top_k_weights):
+        out = torch.zeros_like(hidden_states)
+        for slot in range(top_k_index.shape[1]):
+            for token, expert in enumerate(top_k_index[:, slot].tolist()):
+                row = hidden_states[token]
+                if expert >= self.routed:
+                    served = row
+                else:
+                    gate, up = (self.gate_up_proj[expert] @ row).chunk(2)
+                    served = self.down_proj[expert] @ (torch.nn.functional.silu(gate) * up)
+                out[token] += served * top_k_weights[token, slot]
+        return out
+
+
 def test_experts_serving_an_index_past_their_weights_are_found():
     # LigerExperts would read gate_up_proj / down_proj rows the identity experts do not have
-    assert probes.serves_weightless_experts(_longcat_experts(zero_experts=2), 32)
+    assert probes.serves_weightless_experts(_IdentityServingExperts(32, 16, routed=4, identities=2), 32)
     assert not probes.serves_weightless_experts(_longcat_experts(zero_experts=0), 32)  # the index is dropped
     assert not probes.serves_weightless_experts(_mixtral_experts(), 32)  # its padding index: dropped
     assert not probes.serves_weightless_experts(_built_mixtral_experts(), 32)  # judged by the modeling file's forward

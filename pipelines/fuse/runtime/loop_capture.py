@@ -11,6 +11,9 @@ the offsets *tensor*, behind a check that keeps the original loop as the fallbac
     else:
         <the original statements>
 
+The split form, `stack([t.mean(0) for t in torch.split(values, lengths.tolist())])` (or its append loop), is the
+same loop with the partitions given by size: it becomes one call on the lengths tensor (`pool_lengths`).
+
 The check is evaluated once at trace time (assume_constant_result), so only one branch is traced.
 
 Why not a pattern / replacement pair: the loop is Python source before Dynamo runs (after Dynamo it is B unrolled
@@ -40,7 +43,8 @@ PATTERN_NAME = "loop_slice_mean_stack"
 @dataclass(frozen=True)
 class LoopMatch:
     values: ast.expr
-    offsets: ast.expr
+    offsets: ast.expr  # partition bounds, or their sizes when by_lengths (the split form)
+    by_lengths: bool = False
 
 
 class LoopHelpers:
@@ -60,6 +64,14 @@ class LoopHelpers:
     def pool(values: torch.Tensor, offsets) -> torch.Tensor:
         if not isinstance(offsets, torch.Tensor):
             offsets = torch.tensor(offsets, dtype=torch.int64, device=values.device)
+        return KERNEL_FUNCTIONS["triton_partitioned_mean"](values, offsets)
+
+    @staticmethod
+    def pool_lengths(values: torch.Tensor, lengths) -> torch.Tensor:
+        """The split form: partitions given by their sizes, as `torch.split` takes them."""
+        if not isinstance(lengths, torch.Tensor):
+            lengths = torch.tensor(lengths, dtype=torch.int64, device=values.device)
+        offsets = torch.cat([lengths.new_zeros(1, dtype=torch.int64), lengths.cumsum(0).to(torch.int64)])
         return KERNEL_FUNCTIONS["triton_partitioned_mean"](values, offsets)
 
 
@@ -136,12 +148,15 @@ class _LoopRewriter(ast.NodeTransformer):
     def _guarded(self, preceding: list[ast.stmt], region, target, match: LoopMatch) -> list[ast.stmt]:
         offsets, fallback = match.offsets, list(region)
         source = _tolist_source(preceding, offsets)
-        if source is not None:
+        if _is_method(offsets, "tolist") and not offsets.args:
+            offsets = offsets.func.value  # split(values, lengths.tolist())  ->  pool over lengths
+        elif source is not None:
             offsets = source.value.func.value  # o = t.tolist()  ->  pool over t
             if _uses(self.definition, source.targets[0].id, exclude=[source, *region]) == 0:
                 preceding = [s for s in preceding if s is not source]
                 fallback = [source, *fallback]  # the graph-breaking tolist only runs on the fallback path
-        call = _helper_call("pool", [copy.deepcopy(match.values), copy.deepcopy(offsets)])
+        helper = "pool_lengths" if match.by_lengths else "pool"
+        call = _helper_call(helper, [copy.deepcopy(match.values), copy.deepcopy(offsets)])
         fast = ast.Return(call) if target is None else ast.Assign([copy.deepcopy(target)], call)
         values = match.values
         check = _helper_call(
@@ -214,8 +229,16 @@ def _stack_statement(statement):
 
 
 def _mean_over_partitions(element, target, iterable) -> LoopMatch | None:
-    """values and offsets, when `element` is the mean over rows of `values[offsets[i]:offsets[i+1]]`."""
+    """values and offsets, when `element` is the mean over rows of `values[offsets[i]:offsets[i+1]]`; or values and
+    lengths, when it is the mean of `t` for `t in torch.split(values, lengths)` (`values.split(lengths)` too)."""
     sliced = _rows_mean(element)
+    split = _split_call(iterable)
+    if split is not None:
+        values, lengths = split
+        ok = _is_name(sliced, getattr(target, "id", None)) and not any(
+            isinstance(n, ast.Call) for n in ast.walk(values)
+        )
+        return LoopMatch(values, lengths, by_lengths=True) if ok else None
     if not isinstance(sliced, ast.Subscript) or not isinstance(sliced.slice, ast.Slice) or sliced.slice.step:
         return None
     values, lower, upper = sliced.value, sliced.slice.lower, sliced.slice.upper
@@ -223,6 +246,24 @@ def _mean_over_partitions(element, target, iterable) -> LoopMatch | None:
         return None  # evaluated twice (check + call): only plain names and attributes
     offsets = _range_form(target, iterable, lower, upper) or _zip_form(target, iterable, lower, upper)
     return LoopMatch(values, offsets) if offsets is not None else None
+
+
+def _split_call(node):
+    """(values, lengths) for `torch.split(values, lengths)` / `values.split(lengths)` along rows, else None."""
+    if not isinstance(node, ast.Call):
+        return None
+    if _dotted(node.func) == "torch.split" and len(node.args) >= 2:
+        values, lengths, rest = node.args[0], node.args[1], node.args[2:]
+    elif _is_method(node, "split") and _dotted(node.func) != "torch.split" and node.args:
+        values, lengths, rest = node.func.value, node.args[0], node.args[1:]
+    else:
+        return None
+    dims = rest + [k.value for k in node.keywords if k.arg == "dim"]
+    if len(rest) + len(node.keywords) > 1 or any(not _is_const(d, 0) for d in dims):
+        return None
+    if isinstance(lengths, ast.Constant):
+        return None  # split(values, 3): equal chunks, not partitions by lengths
+    return values, lengths
 
 
 def _rows_mean(node):

@@ -23,6 +23,21 @@ class Comprehension(nn.Module):
         return torch.stack([torch.mean(values[offsets[i] : offsets[i + 1]], 0) for i in range(len(offsets) - 1)])
 
 
+class SplitComprehension(nn.Module):
+    def forward(self, values, offsets):
+        lengths = offsets[1:] - offsets[:-1]
+        return torch.stack([t.mean(0) for t in torch.split(values, lengths.tolist())])
+
+
+class SplitAppendLoop(nn.Module):
+    def forward(self, values, offsets):
+        sizes = (offsets[1:] - offsets[:-1]).tolist()
+        pooled = []
+        for chunk in values.split(sizes, dim=0):
+            pooled.append(chunk.mean(dim=0))
+        return torch.stack(pooled)
+
+
 def _batch(lengths, width=5):
     offsets = torch.cat([torch.zeros(1, dtype=torch.int64), torch.tensor(lengths).cumsum(0)])
     return torch.randn(int(offsets[-1]), width), offsets
@@ -56,3 +71,34 @@ def test_the_fallback_branch_keeps_the_loop_where_the_kernel_does_not_apply():
     compiled = fuse_compile(AppendLoop(), inner="aot_eager")
     half = values.half()
     torch.testing.assert_close(compiled(half, offsets), AppendLoop()(half, offsets))
+
+
+def test_the_split_forms_are_captured_and_new_lengths_do_not_recompile():
+    # after Dynamo, split by lengths.tolist() is B constant sizes: a new graph for every batch (and eager after
+    # Dynamo's recompile limit); captured before Dynamo it is one op on the lengths tensor
+    for module in (SplitComprehension(), SplitAppendLoop()):
+        torch._dynamo.reset()
+        compiled = fuse_compile(module, inner="aot_eager")
+        for lengths in ([2, 5, 1], [3, 1, 4], [1, 1, 6], [4, 2, 2]):
+            values, offsets = _batch(lengths)
+            values.requires_grad_(True)
+            out = compiled(values, offsets)
+            expected = pooling.partitioned_mean_reference(values, offsets)
+            torch.testing.assert_close(out, expected)
+            grad = torch.autograd.grad(out.sum(), values)[0]
+            torch.testing.assert_close(grad, torch.autograd.grad(expected.sum(), values)[0])
+        assert compiled.liger_fuse_stats.loops_captured == 1
+        assert compiled.liger_fuse_stats.replaced == {"loop_slice_mean_stack": 1}
+        assert compiled.liger_fuse_stats.graphs_compiled <= 2
+
+
+def test_split_into_equal_chunks_is_not_a_partitioned_mean():
+    class EqualChunks(nn.Module):
+        def forward(self, values):
+            return torch.stack([t.mean(0) for t in torch.split(values, 2)])
+
+    torch._dynamo.reset()
+    compiled = fuse_compile(EqualChunks(), inner="aot_eager")
+    values = torch.randn(6, 3)
+    torch.testing.assert_close(compiled(values), EqualChunks()(values))
+    assert compiled.liger_fuse_stats.loops_captured == 0

@@ -1,4 +1,4 @@
-"""`liger-bot demo recsys [--device cpu|cuda] [--steps N] [--json]`: added to `demo` by bot/cli/demo.py."""
+"""`liger-bot demo recsys [--device cpu|cuda] [--steps N] [--json] [--profile DIR | --forms]`: added to `demo` by bot/cli/demo.py."""
 
 from __future__ import annotations
 
@@ -24,6 +24,20 @@ def add_recsys_parser(verbs) -> None:
         metavar="DIR",
         help="instead: profile EmbeddingBag eager / compiled and our pass (torch.profiler), write DIR/profile.md + .json",
     )
+    recsys.add_argument(
+        "--forms",
+        action="store_true",
+        help="instead: the encoder written five ways, each with our pass, beside EmbeddingBag / segment_reduce / "
+        "index_add (each variant in its own process, alternating rounds)",
+    )
+    recsys.add_argument("--rounds", type=int, default=3, help="alternating rounds for --forms (default %(default)s)")
+    recsys.add_argument(
+        "--form-limit",
+        type=float,
+        default=90.0,
+        metavar="S",
+        help="stop one --forms variant after S seconds and say so (default %(default)s)",
+    )
     recsys.set_defaults(handler=recsys_command)
 
 
@@ -40,7 +54,25 @@ def recsys_command(args, ui) -> ExitStatus:
         ui.result(json.dumps(report) if args.json else demo_profile.to_markdown(report))
         return ExitStatus.OK
 
+    if args.forms:
+        return forms_command(args, ui)
     ui.progress(f"running the recsys encoder on {args.device} ({args.steps} steps per variant)")
     result = demo.run(args.device, max(args.steps, 2), compile_limit_s=args.compile_limit)
     ui.result(json.dumps(result) if args.json else demo.to_text(result))
     return ExitStatus.OK if result["grads_match"] else ExitStatus.GATE_FAILED
+
+
+def forms_command(args, ui) -> ExitStatus:
+    from pipelines.fuse import demo_forms
+
+    ui.progress(f"the recsys encoder written five ways on {args.device}: {args.rounds} rounds x 9 variants")
+
+    def progress(label, round_index, result):
+        figure = f"{result['step_ms']:.3f} ms/step" if result["status"] == "ok" else result.get("note", "")
+        ui.progress(f"round {round_index + 1}: {label}: {result['status']} {figure}")
+
+    report = demo_forms.run(
+        args.device, max(args.steps, 2), max(args.rounds, 1), limit_s=args.form_limit, on_result=progress
+    )
+    ui.result(json.dumps(report) if args.json else demo_forms.to_text(report))
+    return ExitStatus.OK if report["none_crashed"] and report["grads_match"] else ExitStatus.GATE_FAILED

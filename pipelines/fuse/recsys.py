@@ -1,8 +1,9 @@
 """The recsys demo: an encoder with a partitioned mean over variable-length user histories written the naive
 way (a Python loop over offsets), timed in eager, plain torch.compile and torch.compile with our pass.
 
-`NaiveEncoder` is what a user writes; `IndexAddEncoder`, `SegmentReduceEncoder` and `EmbeddingBagEncoder` are the
-hand-vectorised versions the pass should at least match. All share parameters' shapes, so one state dict serves all.
+`NaiveEncoder` is what a user writes; `SplitEncoder` and `PaddedMaskEncoder` are two more ways users write it;
+`IndexAddEncoder`, `SegmentReduceEncoder` and `EmbeddingBagEncoder` are the hand-vectorised versions the pass should
+at least match. All share parameters' shapes, so one state dict serves all.
 """
 
 from __future__ import annotations
@@ -61,6 +62,26 @@ class SegmentReduceEncoder(NaiveEncoder):
     def forward(self, item_ids, offsets):
         values = self.embedding(item_ids)
         users = torch.segment_reduce(values, "mean", offsets=offsets, axis=0)
+        return self.mlp(users).squeeze(-1)
+
+
+class SplitEncoder(NaiveEncoder):
+    def forward(self, item_ids, offsets):
+        values = self.embedding(item_ids)
+        lengths = offsets[1:] - offsets[:-1]
+        users = torch.stack([t.mean(0) for t in torch.split(values, lengths.tolist())])
+        return self.mlp(users).squeeze(-1)
+
+
+class PaddedMaskEncoder(NaiveEncoder):
+    """Histories padded to the longest (`pad_sequence` of the split), a length mask, sum / length."""
+
+    def forward(self, item_ids, offsets):
+        values = self.embedding(item_ids)
+        lengths = offsets[1:] - offsets[:-1]
+        padded = nn.utils.rnn.pad_sequence(torch.split(values, lengths.tolist()), batch_first=True)
+        mask = torch.arange(padded.shape[1], device=values.device)[None, :] < lengths[:, None]
+        users = (padded * mask[..., None]).sum(1) / lengths[:, None]
         return self.mlp(users).squeeze(-1)
 
 

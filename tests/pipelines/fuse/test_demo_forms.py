@@ -1,0 +1,42 @@
+"""`demo recsys --forms`: each variant in its own bounded process, alternating rounds, the forms held to the best
+hand-written alternative."""
+
+from pipelines.fuse import demo_forms
+
+
+def test_a_form_runs_in_its_own_process_and_reports_what_the_pass_replaced():
+    report = demo_forms.run("cpu", steps=2, rounds=1, only=["split + pass", "EmbeddingBag eager"])
+    split = report["variants"]["split + pass"]
+    assert split["status"] == "ok" and split["grads_match"]
+    assert split["replaced"]["loop_slice_mean_stack"] == 1  # captured before Dynamo: no graph per batch
+    assert report["best_alternative"] == "EmbeddingBag eager"
+    assert split["vs_best"] > 0 and report["forms"] == 1 and report["none_crashed"]
+
+
+def test_a_variant_past_its_limit_is_stopped_and_said_so():
+    result = demo_forms.run_child(demo_forms.BY_LABEL["padded mask + pass"], "cpu", 2, "aot_eager", limit_s=1)
+    assert result == {"status": "timeout", "note": "did not finish in 1 s (stopped)"}
+
+
+def _ok(ms, **extra):
+    return {"status": "ok", "step_ms": ms, "grads_match": True, **extra}
+
+
+def test_a_form_is_as_fast_only_within_the_threshold_of_the_best_alternative_median():
+    results = {
+        "naive loop + pass": [_ok(1.00), _ok(1.04), _ok(1.02)],  # median 1.02: within 3% of 1.00
+        "split + pass": [_ok(1.10), _ok(0.90), _ok(1.20)],  # median 1.10: not, though one round was faster
+        "padded mask + pass": [{"status": "timeout", "note": "did not finish in 90 s (stopped)"}],
+        "index_add + pass": [{"status": "crashed", "note": "TorchRuntimeError: ..."}],
+        "EmbeddingBag eager": [_ok(1.00), _ok(0.99), _ok(1.30)],
+        "segment_reduce compiled": [_ok(1.50)] * 3,
+    }
+    report = demo_forms.summarise("cuda", "inductor", 20, 3, results)
+    rows = report["variants"]
+    assert (report["best_alternative"], report["best_alternative_ms"]) == ("EmbeddingBag eager", 1.00)
+    assert rows["naive loop + pass"]["at_least_as_fast"] and not rows["split + pass"]["at_least_as_fast"]
+    assert (
+        rows["padded mask + pass"]["note"].startswith("did not finish") and "vs_best" not in rows["padded mask + pass"]
+    )
+    assert (report["forms_at_least_as_fast"], report["forms"], report["none_crashed"]) == (1, 4, False)
+    assert "did not finish in 90 s" in demo_forms.to_text(report)

@@ -16,6 +16,7 @@ from dataclasses import field
 
 import torch
 
+from . import padding
 from .families import default_registry
 from .graph_pass import fuse_pass
 from .loop_capture import capture_loops
@@ -92,5 +93,18 @@ def compile(model, *, registry: Registry | None = None, inner: str | Callable = 
     if isinstance(model, torch.nn.Module):
         stats.loops_captured = capture_loops(model, stats.registry)
     compiled = torch.compile(model, backend=make_backend(stats, inner), **compile_kwargs)
+    if stats.registry.replaced.get(padding.PATTERN_NAME):
+        compiled.forward = _with_dynamo_settings(compiled.forward, padding.DYNAMO_SETTINGS)
     compiled.liger_fuse_stats = stats
     return compiled
+
+
+def _with_dynamo_settings(forward, settings: dict):
+    """Dynamo reads its config when it traces, which happens inside the compiled model's call: set for that call
+    only, the rest of the process keeps the user's settings."""
+
+    def forward_with_settings(*args, **kwargs):
+        with torch._dynamo.config.patch(**settings):
+            return forward(*args, **kwargs)
+
+    return forward_with_settings

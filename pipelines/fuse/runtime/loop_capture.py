@@ -33,6 +33,8 @@ from dataclasses import dataclass
 import torch
 
 from .families import KERNEL_FUNCTIONS
+from .padding import PATTERN_NAME as PADDED_SPLIT
+from .padding import pad_partitions
 from .registry import OperandSpec
 from .registry import Registry
 
@@ -74,38 +76,46 @@ class LoopHelpers:
         offsets = torch.cat([lengths.new_zeros(1, dtype=torch.int64), lengths.cumsum(0).to(torch.int64)])
         return KERNEL_FUNCTIONS["triton_partitioned_mean"](values, offsets)
 
+    @staticmethod
+    def pad_lengths(values: torch.Tensor, lengths) -> torch.Tensor:
+        """`pad_sequence(torch.split(values, lengths.tolist()), batch_first=True)` without the host list."""
+        if not isinstance(lengths, torch.Tensor):
+            lengths = torch.tensor(lengths, dtype=torch.int64, device=values.device)
+        return pad_partitions(values, lengths.to(torch.int64))
+
 
 def capture_loops(model: torch.nn.Module, registry: Registry) -> int:
     """Rewrite the forward of every submodule that holds the loop; returns how many loops were captured."""
     helpers = LoopHelpers(registry)
     captured = 0
     for module in model.modules():
-        rewritten, count = rewrite_function(type(module).forward, helpers)
-        if count:
+        rewritten, captures = rewrite_function(type(module).forward, helpers)
+        if captures:
             module.forward = types.MethodType(rewritten, module)
-            captured += count
-            for _ in range(count):
-                registry.note_replaced(PATTERN_NAME, "triton_partitioned_mean", type(module).__qualname__)
+            captured += len(captures)
+            for pattern, kernel in captures:
+                registry.note_replaced(pattern, kernel, type(module).__qualname__)
     return captured
 
 
 def rewrite_function(function, helpers: LoopHelpers):
-    """(new function, loops captured) or (function, 0) when there is nothing to capture or no source."""
+    """(new function, [(pattern, kernel) per capture]) or (function, []) when there is nothing to capture or no
+    source."""
     if function.__code__.co_freevars:
-        return function, 0  # a closure (or zero-argument super()) cannot be rebuilt from source
+        return function, []  # a closure (or zero-argument super()) cannot be rebuilt from source
     try:
         source = textwrap.dedent(inspect.getsource(function))
     except (OSError, TypeError):
-        return function, 0
+        return function, []
     tree = ast.parse(source)
     definition = tree.body[0]
     if not isinstance(definition, ast.FunctionDef):
-        return function, 0
+        return function, []
     definition.decorator_list = []
     rewriter = _LoopRewriter(definition)
     rewriter.visit(definition)
-    if not rewriter.count:
-        return function, 0
+    if not rewriter.captures:
+        return function, []
     ast.fix_missing_locations(tree)
     namespace = dict(function.__globals__)
     namespace[HELPER] = helpers
@@ -113,13 +123,13 @@ def rewrite_function(function, helpers: LoopHelpers):
     exec(code, namespace)
     rewritten = namespace[definition.name]
     rewritten.__qualname__ = function.__qualname__
-    return rewritten, rewriter.count
+    return rewritten, rewriter.captures
 
 
 class _LoopRewriter(ast.NodeTransformer):
     def __init__(self, definition: ast.FunctionDef):
         self.definition = definition
-        self.count = 0
+        self.captures: list[tuple[str, str]] = []
 
     def generic_visit(self, node):
         super().generic_visit(node)
@@ -133,6 +143,7 @@ class _LoopRewriter(ast.NodeTransformer):
         out = []
         i = 0
         while i < len(statements):
+            self._pad_splits(statements[i], out)
             found = _append_loop(statements, i) or _comprehension(statements[i])
             if found is None:
                 out.append(statements[i])
@@ -142,8 +153,28 @@ class _LoopRewriter(ast.NodeTransformer):
             region = statements[i : i + span]
             out = self._guarded(out, region, target, match)
             i += span
-            self.count += 1
+            self.captures.append((PATTERN_NAME, "triton_partitioned_mean"))
         return out
+
+    def _pad_splits(self, statement: ast.stmt, preceding: list[ast.stmt]) -> None:
+        """Every `pad_sequence(torch.split(values, t.tolist()), batch_first=True)` in `statement` becomes
+        `pad_lengths(values, t)`, in place; a `sizes = t.tolist()` before it, used nowhere else, is dropped."""
+        for node in ast.walk(statement):
+            for field, child in ast.iter_fields(node):
+                found = _pad_split(child)
+                if found is None:
+                    continue
+                values, lengths = found
+                source = _tolist_source(preceding, lengths)
+                if _is_method(lengths, "tolist") and not lengths.args:
+                    lengths = lengths.func.value
+                elif source is not None and _uses(self.definition, source.targets[0].id, exclude=[source]) == 1:
+                    lengths = source.value.func.value
+                    preceding.remove(source)
+                else:
+                    continue  # sizes from the caller: constants in the trace whatever we do
+                setattr(node, field, _helper_call("pad_lengths", [values, lengths]))
+                self.captures.append((PADDED_SPLIT, "pad_partitions"))
 
     def _guarded(self, preceding: list[ast.stmt], region, target, match: LoopMatch) -> list[ast.stmt]:
         offsets, fallback = match.offsets, list(region)
@@ -246,6 +277,21 @@ def _mean_over_partitions(element, target, iterable) -> LoopMatch | None:
         return None  # evaluated twice (check + call): only plain names and attributes
     offsets = _range_form(target, iterable, lower, upper) or _zip_form(target, iterable, lower, upper)
     return LoopMatch(values, offsets) if offsets is not None else None
+
+
+_PAD_SEQUENCE = ("pad_sequence", "rnn.pad_sequence", "nn.utils.rnn.pad_sequence", "torch.nn.utils.rnn.pad_sequence")
+
+
+def _pad_split(node):
+    """(values, lengths) for `pad_sequence(torch.split(values, lengths), batch_first=True)` padded with zeros."""
+    if not isinstance(node, ast.Call) or _dotted(node.func) not in _PAD_SEQUENCE or len(node.args) != 1:
+        return None
+    keywords = {k.arg: k.value for k in node.keywords}
+    if set(keywords) - {"batch_first", "padding_value"} or not _is_const(keywords.get("batch_first"), True):
+        return None
+    if "padding_value" in keywords and not _is_const(keywords["padding_value"], 0):
+        return None
+    return _split_call(node.args[0])
 
 
 def _split_call(node):

@@ -102,3 +102,39 @@ def test_split_into_equal_chunks_is_not_a_partitioned_mean():
     values = torch.randn(6, 3)
     torch.testing.assert_close(compiled(values), EqualChunks()(values))
     assert compiled.liger_fuse_stats.loops_captured == 0
+
+
+class PaddedSplit(nn.Module):
+    def forward(self, values, offsets):
+        lengths = offsets[1:] - offsets[:-1]
+        sizes = lengths.tolist()
+        padded = torch.nn.utils.rnn.pad_sequence(torch.split(values, sizes), batch_first=True)
+        mask = torch.arange(padded.shape[1])[None, :] < lengths[:, None]
+        return (padded * mask[..., None]).sum(1) / lengths[:, None]
+
+
+def test_the_padded_split_becomes_one_op_on_the_lengths_and_new_lengths_do_not_recompile():
+    torch._dynamo.reset()
+    compiled = fuse_compile(PaddedSplit(), inner="aot_eager")
+    for lengths in ([2, 5, 1], [3, 1, 4], [1, 1, 7], [4, 2, 2]):  # the longest changes: an unbacked size
+        values, offsets = _batch(lengths)
+        values.requires_grad_(True)
+        out = compiled(values, offsets)
+        expected = pooling.partitioned_mean_reference(values, offsets)
+        torch.testing.assert_close(out, expected)
+        grad = torch.autograd.grad((out * torch.arange(5.0)).sum(), values)[0]
+        torch.testing.assert_close(grad, torch.autograd.grad((expected * torch.arange(5.0)).sum(), values)[0])
+    assert compiled.liger_fuse_stats.replaced["padded_split"] == 1
+    assert compiled.liger_fuse_stats.graphs_compiled <= 2
+
+
+def test_a_padded_split_with_another_padding_value_is_left_as_written():
+    class OtherPadding(nn.Module):
+        def forward(self, values, lengths):
+            return torch.nn.utils.rnn.pad_sequence(torch.split(values, lengths.tolist()), True, -1.0)
+
+    torch._dynamo.reset()
+    compiled = fuse_compile(OtherPadding(), inner="aot_eager")
+    values = torch.randn(5, 2)
+    torch.testing.assert_close(compiled(values, torch.tensor([3, 2])), OtherPadding()(values, torch.tensor([3, 2])))
+    assert "padded_split" not in compiled.liger_fuse_stats.replaced

@@ -10,16 +10,21 @@ turn; a node claimed by one entry's match (replaced or declined) is not matched,
 
 from __future__ import annotations
 
+import contextlib
+
+import torch
 from torch import fx
 
+from .pairs import sort_keywords
 from .registry import Registry
 
 
 def fuse_pass(gm: fx.GraphModule, registry: Registry) -> int:
     """Rewrite `gm` in place; returns how many matches were replaced."""
     claimed: set[fx.Node] = set()
-    replaced = sum(entry.rewrite(gm, registry, claimed) for entry in registry.patterns)
-    if replaced:
+    with _creation_literals_set_aside(gm) as stripped:
+        replaced = sum(entry.rewrite(gm, registry, claimed) for entry in registry.patterns)
+    if replaced or stripped:
         gm.graph.lint()
         gm.recompile()
     return replaced
@@ -28,4 +33,40 @@ def fuse_pass(gm: fx.GraphModule, registry: Registry) -> int:
 def find_matches(gm: fx.GraphModule, registry: Registry) -> list:
     """Every entry's matches (replaceable or declined, with the kernel or the reason), the graph unchanged."""
     claimed: set[fx.Node] = set()
-    return [match for entry in registry.patterns for match in entry.find(gm, registry, claimed)]
+    with _creation_literals_set_aside(gm) as stripped:
+        found = [match for entry in registry.patterns for match in entry.find(gm, registry, claimed)]
+    if stripped:
+        gm.recompile()
+    return found
+
+
+@contextlib.contextmanager
+def _creation_literals_set_aside(gm: fx.GraphModule):
+    """`torch.arange(B, device=...)` (what GPU code must write) and `dtype=torch.int64` (arange's default for an
+    int stop) are literals the patterns, traced without them, would not match; neither changes the values a
+    partition id holds. They are taken off for the matching and put back on every node that is still in the graph.
+    Keywords are also put in name order, as the patterns' are. Yields how many nodes had literals taken off."""
+    sort_keywords(gm.graph)
+    taken = {}
+    for node in gm.graph.nodes:
+        if node.op != "call_function" or node.target is not torch.arange:
+            continue
+        kwargs = dict(node.kwargs)
+        aside = {k: kwargs.pop(k) for k in _VALUE_FREE_KWARGS if k in kwargs and _value_free(k, kwargs[k])}
+        if aside:
+            taken[node] = aside
+            node.kwargs = kwargs
+    try:
+        yield len(taken)
+    finally:
+        alive = set(gm.graph.nodes)
+        for node, aside in taken.items():
+            if node in alive:
+                node.kwargs = {**node.kwargs, **aside}
+
+
+_VALUE_FREE_KWARGS = ("device", "dtype")
+
+
+def _value_free(name: str, value) -> bool:
+    return name == "device" or value is torch.int64

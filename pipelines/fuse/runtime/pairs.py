@@ -207,9 +207,18 @@ def pattern_graphs(patterns: tuple[Callable, ...]) -> list[fx.Graph]:
             graph = fx.Tracer(autowrap_functions=LEAF_FUNCTIONS).trace(pattern)
             for node in [n for n in graph.nodes if n.op == "placeholder" and not n.users]:
                 graph.erase_node(node)
+            sort_keywords(graph)
             _TRACED[pattern] = respelled(graph)
         out += _TRACED[pattern]
     return out
+
+
+def sort_keywords(graph: fx.Graph) -> None:
+    """Keyword arguments in name order: the subgraph matcher compares them in order, and their order never changes
+    what a call computes (the pass sorts the user's graph the same way before matching)."""
+    for node in graph.nodes:
+        if len(node.kwargs) > 1:
+            node.kwargs = dict(sorted(node.kwargs.items()))
 
 
 def respelled(graph: fx.Graph) -> list[fx.Graph]:

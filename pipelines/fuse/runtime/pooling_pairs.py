@@ -134,13 +134,12 @@ def _scatter_reduce_check(bindings) -> str | None:
 # --- torch.segment_reduce(..., "mean") ------------------------------------------------------------------------
 
 
-def _segment_reduce_mean(by_offsets, reduce_keyword):
+def _segment_reduce_mean(by_offsets, reduce_keyword, axis_given):
     def segment_reduce_mean_pattern(values, lengths, offsets):
-        reduce = {"reduce": "mean"} if reduce_keyword else {}
-        args = () if reduce_keyword else ("mean",)
-        if by_offsets:
-            return torch.segment_reduce(values, *args, **reduce, offsets=offsets)
-        return torch.segment_reduce(values, *args, **reduce, lengths=lengths)
+        kwargs = {"reduce": "mean"} if reduce_keyword else {}
+        kwargs |= {"axis": 0} if axis_given else {}  # axis 0 is the default; written out, it is a literal to match
+        kwargs |= {"offsets": offsets} if by_offsets else {"lengths": lengths}
+        return torch.segment_reduce(values, *(() if reduce_keyword else ("mean",)), **kwargs)
 
     return segment_reduce_mean_pattern
 
@@ -270,7 +269,7 @@ POOLING_PAIRS = (
     Pair(
         "segment_reduce_mean",
         "partitioned_mean",
-        spellings(_segment_reduce_mean, by_offsets=_BOTH, reduce_keyword=_BOTH),
+        spellings(_segment_reduce_mean, by_offsets=_BOTH, reduce_keyword=_BOTH, axis_given=_BOTH),
         segment_reduce_mean_replacement,
         _segment_reduce_check,
     ),

@@ -44,6 +44,19 @@ def segment_reduce_form(v, lengths):
     return torch.segment_reduce(v, "mean", lengths=lengths)
 
 
+def index_add_on_device_form(v, lengths):
+    # what GPU code writes: arange on the values' device (dtype=torch.long is arange's default for an int stop)
+    ids = torch.arange(lengths.shape[0], device=v.device, dtype=torch.long)
+    segments = torch.repeat_interleave(ids, lengths, output_size=v.shape[0])
+    sums = torch.zeros(lengths.shape[0], v.shape[1], device=v.device, dtype=v.dtype).index_add_(0, segments, v)
+    return sums / lengths.clamp(min=1).unsqueeze(1).to(v.dtype)
+
+
+def segment_reduce_keywords_form(v, lengths):
+    offsets = torch.cat([lengths.new_zeros(1), lengths.cumsum(0)])
+    return torch.segment_reduce(v, offsets=offsets, axis=0, reduce="mean")  # keywords in any order
+
+
 def embedding_bag_form(v, offsets):
     return F.embedding_bag(torch.arange(v.shape[0]), v, offsets[:-1], mode="mean")
 
@@ -55,6 +68,8 @@ FORMS = [
     (scatter_add_form, LENGTHS, "scatter_add_div"),
     (scatter_reduce_form, LENGTHS, "scatter_reduce_mean"),
     (segment_reduce_form, LENGTHS, "segment_reduce_mean"),
+    (index_add_on_device_form, LENGTHS, "index_add_div"),
+    (segment_reduce_keywords_form, LENGTHS, "segment_reduce_mean"),
     (embedding_bag_form, OFFSETS, "embedding_bag_mean"),
 ]
 
@@ -289,3 +304,14 @@ def test_masked_means_over_padded_rows_run_and_are_left_alone_with_the_reason_co
         stats = compiled.liger_fuse_stats
         assert stats.replaced == {} and stats.declined_reasons == {f"{name}: {reason}": 1}, form.__name__
     torch.testing.assert_close(padded_split_form(x, LENGTHS), pooling.partitioned_mean_reference(x, OFFSETS))
+
+
+def test_a_device_set_aside_for_matching_is_put_back_where_nothing_was_replaced():
+    def ids_times_two(v):
+        return torch.arange(v.shape[0], device=v.device) * 2
+
+    compiled, graphs = _compiled(ids_times_two)
+    torch.testing.assert_close(compiled(torch.randn(4, 2)), torch.arange(4) * 2)
+    aranges = [n for gm in graphs for n in gm.graph.nodes if n.target is torch.arange]
+    assert aranges and all("device" in n.kwargs for n in aranges)
+    assert "device" in graphs[0].code

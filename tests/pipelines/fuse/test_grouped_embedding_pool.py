@@ -309,3 +309,21 @@ def test_mixed_dtypes_meeting_in_one_cat_are_declined_with_the_reason():
     reason = grouped_embedding_forms.MIXED_DTYPE_REASON.format("torch.bfloat16, torch.float32")
     assert compiled.liger_fuse_stats.declined_reasons == {f"{GROUPED}: {reason}": 1}
     assert compiled.liger_fuse_stats.replaced == {embedding_forms.BAG_NAME: 2}
+
+
+def test_dynamos_restart_of_its_analysis_is_not_taken_for_a_failed_rewrite():
+    # with dynamic=True the grouped encoder's first trace ends in TensorifyScalarRestartAnalysis (a float input to
+    # specialise): the backend once caught it as a failure and compiled the graph without the pass
+    calls = []
+
+    def restarts_once(gm, example_inputs):
+        calls.append(len(calls))
+        if len(calls) == 1:
+            raise torch._dynamo.exc.TensorifyScalarRestartAnalysis
+        return gm.forward
+
+    torch._dynamo.reset()
+    compiled = fuse_compile(Collection(), inner=restarts_once)
+    compiled(*_batch(1))
+    stats = compiled.liger_fuse_stats
+    assert len(calls) == 2 and not stats.fallbacks and stats.replaced[GROUPED] == 2

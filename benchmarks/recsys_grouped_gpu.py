@@ -12,9 +12,10 @@ set each (B, mean length) cell times the variants in alternating rounds (the ste
 timed twice has moved by 0.4 ms): a round runs STEPS steps of each variant back to back over the cell's batches (one
 sync at each end: the host's pace while the GPU keeps up) and the cell reports each variant's median over rounds.
 The first cell of a set also checks the compiled variants' loss and table gradients against eager's. Sets are run in
-order until --budget-s is spent (the rest listed as skipped); the JSON is rewritten after every cell.
+order while at least SET_RESERVE_S of --budget-s is left, cells while any is (the rest listed as skipped); the JSON
+is rewritten after every cell.
 
-    PYTHONPATH=<tree or site> python3 -m benchmarks.recsys_grouped_gpu --out $OUT/grouped.json [--budget-s 130]
+    PYTHONPATH=<tree or site> python3 -m benchmarks.recsys_grouped_gpu --out $OUT/grouped.json [--budget-s 140] [--sets 0 1]
     TRITON_INTERPRET=1 python3 -m benchmarks.recsys_grouped_gpu --device cpu      # a smoke run, no figures
 """
 
@@ -30,8 +31,10 @@ import torch
 from torch import nn
 
 ROUNDS, STEPS, BATCHES = 5, 10, 3
-# (K, D, dtype): many narrow features (a Criteo-like 26) and a few wide ones; fp32 first, then bf16
-SETS = ((26, 64, torch.float32), (4, 128, torch.float32), (26, 64, torch.bfloat16), (4, 128, torch.bfloat16))
+# (K, D, dtype): many narrow features (a Criteo-like 26) and a few wide ones; the first two cover both K and both
+# dtypes, in case the budget ends the run there
+SETS = ((26, 64, torch.float32), (4, 128, torch.bfloat16), (26, 64, torch.bfloat16), (4, 128, torch.float32))
+SET_RESERVE_S = 45  # a set (two compiles, then its cells) starts only with this much of the budget left
 CELLS = ((1024, 4), (1024, 50), (16384, 4), (16384, 50))  # (B, mean length) per set
 VARIANTS = ("eager", "grouped", "singles")
 GROUPED = "grouped_embedding_partitioned_mean"
@@ -191,7 +194,8 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--out", help="also write the JSON here")
     parser.add_argument("--device", default="cuda", choices=("cuda", "cpu"))
-    parser.add_argument("--budget-s", type=float, default=130.0, help="start no cell after this many seconds")
+    parser.add_argument("--budget-s", type=float, default=140.0, help="start no cell after this many seconds")
+    parser.add_argument("--sets", type=int, nargs="+", help="indices into SETS (default: all, in order)")
     args = parser.parse_args()
     global DEVICE
     DEVICE = args.device
@@ -207,9 +211,10 @@ def main() -> None:
                 json.dump(result, handle, indent=1)
 
     deadline = time.monotonic() + args.budget_s
-    sets = SETS if DEVICE == "cuda" else ((3, 8, torch.float32),)
+    sets = [SETS[i] for i in args.sets] if args.sets else list(SETS)
+    sets = sets if DEVICE == "cuda" else [(3, 8, torch.float32)]
     for k, width, dtype in sets:
-        if time.monotonic() > deadline:
+        if time.monotonic() > deadline - SET_RESERVE_S:
             result["skipped"].append(f"K{k}/D{width}/{dtype}: time budget")
             continue
         try:

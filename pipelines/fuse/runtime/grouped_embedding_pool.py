@@ -47,11 +47,16 @@ def _kernels():
     return grouped_embedding_pool_kernels
 
 
-def _triton_type(dtype: torch.dtype):
-    import triton.language as tl
+_TRITON_TYPES = {}
 
-    types = {torch.float32: tl.float32, torch.bfloat16: tl.bfloat16, torch.float16: tl.float16}
-    return {**types, torch.int32: tl.int32, torch.int64: tl.int64}[dtype]
+
+def _triton_type(dtype: torch.dtype):
+    if not _TRITON_TYPES:  # built once: this runs on every call, and the step is host-bound
+        import triton.language as tl
+
+        _TRITON_TYPES.update({torch.float32: tl.float32, torch.bfloat16: tl.bfloat16, torch.float16: tl.float16})
+        _TRITON_TYPES.update({torch.int32: tl.int32, torch.int64: tl.int64})
+    return _TRITON_TYPES[dtype]
 
 
 def check_features(tables: Sequence, ids: Sequence, offsets: Sequence) -> None:
@@ -86,7 +91,7 @@ def check_features(tables: Sequence, ids: Sequence, offsets: Sequence) -> None:
 def _common_dtype(tensors: list[torch.Tensor]) -> tuple[list[torch.Tensor], torch.dtype]:
     """The ids (or offsets) of every feature in one integer type, as the kernel reads them: int32 if all are."""
     dtype = torch.int32 if all(t.dtype == torch.int32 for t in tensors) else torch.int64
-    return [t.to(dtype).contiguous() for t in tensors], dtype
+    return [(t if t.dtype == dtype else t.to(dtype)).contiguous() for t in tensors], dtype
 
 
 def _plan(partitions: int, rows: list[int], widths: list[int], dtype, device, config: dict | None):

@@ -66,17 +66,18 @@ def test_one_launch_pools_every_feature_as_embedding_bag_forward_and_backward(co
         torch.testing.assert_close(table.grad.double(), expected_grad, rtol=1e-6, atol=1e-6)
 
 
-def test_the_entry_point_takes_bf16_tables_int32_ids_and_gives_blocks_on_request():
-    features = [(t, i.to(torch.int32), o.to(torch.int32)) for t, i, o in _features(torch.bfloat16)]
+@pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float16])
+def test_the_entry_point_takes_16_bit_tables_int32_ids_and_gives_blocks_on_request(dtype):
+    features = [(t, i.to(torch.int32), o.to(torch.int32)) for t, i, o in _features(dtype)]
     tables, ids, offsets = _columns(features)
     blocks = grouped_embedding_partitioned_mean(tables, ids, offsets, concat=False)
-    assert [b.shape for b in blocks] == [(7, 8), (7, 16), (7, 20)] and blocks[0].dtype == torch.bfloat16
+    assert [b.shape for b in blocks] == [(7, 8), (7, 16), (7, 20)] and blocks[0].dtype == dtype
     grad = torch.randn(7, 44)
-    torch.cat(blocks, dim=1).backward(grad.to(torch.bfloat16))
-    expected, expected_grads = _reference(features, grad.to(torch.bfloat16).float())
+    torch.cat(blocks, dim=1).backward(grad.to(dtype))
+    expected, expected_grads = _reference(features, grad.to(dtype).float())
     torch.testing.assert_close(torch.cat(blocks, dim=1).double(), expected, rtol=2e-2, atol=2e-2)
     for table, expected_grad in zip(tables, expected_grads, strict=True):
-        assert table.grad.dtype == torch.bfloat16
+        assert table.grad.dtype == dtype
         torch.testing.assert_close(table.grad.double(), expected_grad, rtol=2e-2, atol=2e-2)
 
 

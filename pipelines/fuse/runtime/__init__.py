@@ -15,6 +15,7 @@ from .backend import compile
 from .backend import make_backend
 from .embedding_pool import embedding_partitioned_mean
 from .families import default_registry
+from .grouped_embedding_pool import grouped_embedding_partitioned_mean
 from .pooling import grouped_partitioned_mean
 from .pooling import partitioned_mean
 from .registry import Registry
@@ -25,6 +26,7 @@ __all__ = [
     "compile",
     "default_registry",
     "embedding_partitioned_mean",
+    "grouped_embedding_partitioned_mean",
     "grouped_partitioned_mean",
     "make_backend",
     "partitioned_mean",

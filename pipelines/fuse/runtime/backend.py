@@ -63,6 +63,8 @@ def make_backend(stats: FuseStats, inner: str | Callable = "inductor") -> Callab
             replaced = fuse_pass(gm, stats.registry)
             stats.graph_sizes.append(len(gm.graph.nodes))
             return _inner(inner)(gm, example_inputs)
+        except torch._dynamo.exc.RestartAnalysis:
+            raise  # Dynamo's own control flow (e.g. a float input to specialise): it traces again and calls us again
         except Exception as exc:
             if replaced == 0:
                 raise  # nothing of ours in the graph: plain torch.compile fails the same way

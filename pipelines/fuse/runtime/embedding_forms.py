@@ -111,4 +111,79 @@ def _reason_against(embedding: fx.Node, ids) -> str:
     return ""
 
 
-EMBEDDING_FORMS = (HandForm(NAME, NAME, embedding_partitioned_mean_pattern, op_pool_replacement, match_embedding_pool),)
+# --- nn.EmbeddingBag(mode="mean") over real ids: the same kernel, offsets [B] (or [B+1]) as the bag gives them ------
+BAG_NAME = "embedding_bag_partitioned_mean"
+# F.embedding_bag(input, weight, offsets, max_norm, norm_type, scale_grad_by_freq, mode, sparse, per_sample_weights,
+# include_last_offset, padding_idx): (position, name, the value the fused kernel assumes, why not)
+_BAG_DEFAULTS = (
+    (3, "max_norm", None, "max_norm renormalises the table's rows in place: the kernel does not"),
+    (5, "scale_grad_by_freq", False, "scale_grad_by_freq scales the gradient by id counts: the kernel does not"),
+    (7, "sparse", False, SPARSE_REASON),
+    (8, "per_sample_weights", None, "per_sample_weights weight the rows: the kernel takes a plain mean"),
+    (
+        10,
+        "padding_idx",
+        None,
+        "padding_idx is set (its ids leave the bag and the mean's count): the kernel does not skip them",
+    ),
+)
+
+
+def embedding_bag_mean_gather_pattern(ids, table, offsets):
+    """What BAG_NAME replaces: nn.EmbeddingBag(mode="mean")'s call (ids 1-D with offsets, or 2-D fixed-length bags)."""
+    return F.embedding_bag(ids, table, offsets, mode="mean")
+
+
+def embedding_bag_gather_replacement(table, ids, offsets, include_last=False, *, pool):
+    """The bag's offsets as the kernel's [B+1]: [B] gets N appended; 2-D ids [B, L] (offsets None) are flattened."""
+    if offsets is None:
+        bags, length = ids.shape
+        offsets = torch.arange(bags + 1, dtype=torch.int64, device=ids.device) * length
+        return pool(table, ids.reshape(-1), offsets)
+    if include_last:
+        return pool(table, ids, offsets)
+    end = torch.full((1,), ids.shape[0], dtype=offsets.dtype, device=offsets.device)
+    return pool(table, ids, torch.cat([offsets, end]))
+
+
+def match_embedding_bag_mean(node) -> Match | None:
+    """`F.embedding_bag(ids, table, offsets, ..., mode="mean", ...)` with real ids (the identity-ids form is the
+    embedding_bag_mean pair's, which claims it first), else None."""
+    if not is_call(node, (F.embedding_bag,)) or arg(node, 6, "mode", "mean") != "mean":
+        return None
+    ids, table, offsets = arg(node, 0, "input"), arg(node, 1, "weight"), arg(node, 2, "offsets")
+    include_last = arg(node, 9, "include_last_offset", False)
+    if not isinstance(include_last, bool):
+        return None
+    match = Match(
+        node, (table, ids, offsets, include_last), table, [node], replacement=embedding_bag_gather_replacement
+    )
+    match.name = BAG_NAME
+    match.declined = _bag_reason_against(node, ids, offsets)
+    return match
+
+
+def _bag_reason_against(node: fx.Node, ids, offsets) -> str:
+    for position, name, expected, reason in _BAG_DEFAULTS:
+        if arg(node, position, name, expected) != expected:
+            return reason
+    value = example(ids)
+    if value is None:
+        return "the ids have no example value to check"
+    if value.dtype not in ID_DTYPES:
+        return f"the kernel takes int32 / int64 ids, got {value.dtype}"
+    if (value.dim(), offsets is None) not in ((1, False), (2, True)):
+        return f"the kernel takes 1-D ids with offsets or 2-D ids without, got rank {value.dim()} ({offsets=})"
+    if offsets is not None:
+        offsets_value = example(offsets)
+        if offsets_value is None or offsets_value.dim() != 1 or offsets_value.dtype not in ID_DTYPES:
+            return "the kernel takes 1-D int32 / int64 offsets"
+    return ""
+
+
+EMBEDDING_FORMS = (
+    HandForm(NAME, NAME, embedding_partitioned_mean_pattern, op_pool_replacement, match_embedding_pool),
+    HandForm(
+        BAG_NAME, NAME, embedding_bag_mean_gather_pattern, embedding_bag_gather_replacement, match_embedding_bag_mean
+    ),
+)

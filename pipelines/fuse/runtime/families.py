@@ -1,6 +1,7 @@
 """The kernels the default registry holds, by family, with their conditions and measured timings, and the forms
 (PATTERNS) it tries, in order: the hand-written unrolled forms, then each family's pattern / replacement pairs, then
-embedding -> partitioned mean (it rewrites what the partitioned-mean entries left: embedding_forms.py)."""
+embedding -> partitioned mean (it rewrites what the partitioned-mean entries left: embedding_forms.py), then K of
+those meeting in one torch.cat -> one grouped launch (grouped_embedding_forms.py)."""
 
 from __future__ import annotations
 
@@ -12,6 +13,8 @@ import torch
 
 from .embedding_forms import EMBEDDING_FORMS
 from .embedding_pool import pass_embedding_partitioned_mean
+from .grouped_embedding_forms import GROUPED_EMBEDDING_FORMS
+from .grouped_embedding_pool import pass_grouped_embedding_partitioned_mean
 from .liger_pairs import LIGER_PAIRS
 from .pooling import interpreter_active
 from .pooling_pairs import POOLING_PAIRS
@@ -29,6 +32,10 @@ def triton_partitioned_mean(values, offsets):
 
 def triton_embedding_partitioned_mean(table, ids, offsets):
     return pass_embedding_partitioned_mean(table, ids, offsets)  # off the CPU the offsets check is in the graph
+
+
+def triton_grouped_embedding_partitioned_mean(tables, ids, offsets):
+    return pass_grouped_embedding_partitioned_mean(tables, ids, offsets)  # one launch for the K features
 
 
 def liger_rms_norm(x, weight, eps):
@@ -54,12 +61,13 @@ def _triton_runs(spec) -> bool:
 KERNEL_FUNCTIONS = {
     "triton_partitioned_mean": triton_partitioned_mean,
     "triton_embedding_partitioned_mean": triton_embedding_partitioned_mean,
+    "triton_grouped_embedding_partitioned_mean": triton_grouped_embedding_partitioned_mean,
     "liger_rms_norm": liger_rms_norm,
     "liger_swiglu": liger_swiglu,
 }
 
 
-PATTERNS = (*UNROLLED_FORMS, *POOLING_PAIRS, *EMBEDDING_FORMS, *LIGER_PAIRS)
+PATTERNS = (*UNROLLED_FORMS, *POOLING_PAIRS, *EMBEDDING_FORMS, *GROUPED_EMBEDDING_FORMS, *LIGER_PAIRS)
 
 
 def default_kernels() -> list[Kernel]:
@@ -82,6 +90,15 @@ def default_kernels() -> list[Kernel]:
                 ("cuda", "cpu"), (*float_types, torch.float16), (2,), _triton_runs, "CPU without TRITON_INTERPRET=1"
             ),
             function=triton_embedding_partitioned_mean,
+        ),
+        # K fused gathers meeting in one cat, one launch (grouped_embedding_pool.py); the operand is the first table
+        Kernel(
+            "triton_grouped_embedding_partitioned_mean",
+            "grouped_embedding_partitioned_mean",
+            Condition(
+                ("cuda", "cpu"), (*float_types, torch.float16), (2,), _triton_runs, "CPU without TRITON_INTERPRET=1"
+            ),
+            function=triton_grouped_embedding_partitioned_mean,
         ),
         # Liger's Triton kernels do not run under the interpreter on CPU: CUDA only
         Kernel(

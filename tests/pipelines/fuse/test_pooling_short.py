@@ -142,7 +142,7 @@ def test_the_gpu_scripts_design_check_and_grid_row_run_on_the_interpreter(monkey
         grid, "timed_both", lambda call, leaf, label: timed.append(call()) or {"forward_ms": 1.0, "full_ms": 2.0}
     )
     # a skew cell: one partition past SHORT_CAP; every variant timed computes the same mean
-    row = grid.grid_row(6, 2, 12, "bf16", "skew", copy_gbs=1.0, long_rows=pooling.SHORT_CAP + 40)
+    row = grid.grid_row(6, 2, 12, "bf16", "skew", ceiling_gbs=1.0, long_rows=pooling.SHORT_CAP + 40)
     assert row["long_rows"] == pooling.SHORT_CAP + 40 and row["short"] == "same launch as ours"
     assert len(timed) == 5 and all(out.shape == (6, 12) for out in timed)
     for out in timed[1:]:

@@ -15,6 +15,7 @@ from .backend import compile
 from .backend import make_backend
 from .embedding_pool import embedding_partitioned_mean
 from .families import default_registry
+from .padded import padded_masked_mean
 from .pooling import grouped_partitioned_mean
 from .pooling import partitioned_mean
 from .registry import Registry
@@ -27,5 +28,6 @@ __all__ = [
     "embedding_partitioned_mean",
     "grouped_partitioned_mean",
     "make_backend",
+    "padded_masked_mean",
     "partitioned_mean",
 ]

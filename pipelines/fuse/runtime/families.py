@@ -13,6 +13,7 @@ import torch
 from .embedding_forms import EMBEDDING_FORMS
 from .embedding_pool import pass_embedding_partitioned_mean
 from .liger_pairs import LIGER_PAIRS
+from .padded_forms import PADDED_FORMS
 from .pooling import interpreter_active
 from .pooling_pairs import POOLING_PAIRS
 from .registry import Condition
@@ -25,6 +26,10 @@ TIMINGS = Path(__file__).with_name("timings.json")  # written from benchmarks/po
 
 def triton_partitioned_mean(values, offsets):
     return torch.ops.liger_fuse.partitioned_mean(values, offsets)
+
+
+def triton_padded_masked_mean(padded, lengths, mode, out_dtype):
+    return torch.ops.liger_fuse.padded_masked_mean(padded, lengths, mode, out_dtype)
 
 
 def triton_embedding_partitioned_mean(table, ids, offsets):
@@ -54,12 +59,13 @@ def _triton_runs(spec) -> bool:
 KERNEL_FUNCTIONS = {
     "triton_partitioned_mean": triton_partitioned_mean,
     "triton_embedding_partitioned_mean": triton_embedding_partitioned_mean,
+    "triton_padded_masked_mean": triton_padded_masked_mean,
     "liger_rms_norm": liger_rms_norm,
     "liger_swiglu": liger_swiglu,
 }
 
 
-PATTERNS = (*UNROLLED_FORMS, *POOLING_PAIRS, *EMBEDDING_FORMS, *LIGER_PAIRS)
+PATTERNS = (*UNROLLED_FORMS, *POOLING_PAIRS, *PADDED_FORMS, *EMBEDDING_FORMS, *LIGER_PAIRS)
 
 
 def default_kernels() -> list[Kernel]:
@@ -73,6 +79,15 @@ def default_kernels() -> list[Kernel]:
                 ("cuda", "cpu"), (*float_types, torch.float16), (2,), _triton_runs, "CPU without TRITON_INTERPRET=1"
             ),
             function=triton_partitioned_mean,
+        ),
+        # the masked mean over a padded [B, L, D] tensor (padded.py); the operand is the padded tensor
+        Kernel(
+            "triton_padded_masked_mean",
+            "padded_masked_mean",
+            Condition(
+                ("cuda", "cpu"), (*float_types, torch.float16), (3,), _triton_runs, "CPU without TRITON_INTERPRET=1"
+            ),
+            function=triton_padded_masked_mean,
         ),
         # the fused gather + pool (embedding_pool.py); the operand is the table [V, D]
         Kernel(

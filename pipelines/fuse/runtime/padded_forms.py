@@ -287,7 +287,7 @@ def _split_source(padded) -> tuple[fx.Node, list[fx.Node]] | None:
 
 
 def _split_reason(padded: fx.Node, split: fx.Node, sizes, items) -> str:
-    """"" when the pad holds every chunk of a split of [N, D] rows along dim 0, in order, right-padded with a finite
+    """ "" when the pad holds every chunk of a split of [N, D] rows along dim 0, in order, right-padded with a finite
     value, batch first; else why not."""
     if arg(padded, 1, "batch_first", False) is not True:
         return "pad_sequence(batch_first=False) pads to [L, B, D]: the sum over dim 1 is not over the rows"

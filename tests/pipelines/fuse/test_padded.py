@@ -271,3 +271,27 @@ def test_the_split_forms_embedding_gather_keeps_its_padding_idx_reason():
     torch.testing.assert_close(compiled(ids, table, lengths), split_embedding(ids, table, lengths))
     assert compiled.liger_fuse_stats.replaced == {"padded_split_masked_mean": 1}
     assert compiled.liger_fuse_stats.declined == {"embedding_partitioned_mean": 1}
+
+
+def test_the_gpu_scripts_padded_section_runs_on_the_interpreter(monkeypatch):
+    # what the H200 call runs: the correctness rows, then one cell with its timing stubbed (every variant it times
+    # computes the same masked mean)
+    from benchmarks import pooling_grid_gpu as grid
+
+    monkeypatch.setattr(grid, "DEVICE", "cpu")
+    monkeypatch.setattr(grid, "PADDED_CORRECTNESS_CELLS", [(5, 6, 12, "uniform")])
+    monkeypatch.setattr(grid, "ALL_DTYPES", {"bf16": torch.bfloat16})
+    rows = grid.padded_correctness(grid.Clock(60))
+    assert [r["dtype"] for r in rows] == ["bf16"] and all(r["ok"] for r in rows), rows
+    timed = []
+    monkeypatch.setattr(
+        grid, "timed_both", lambda call, leaf, label: timed.append(call()) or {"forward_ms": 1.0, "full_ms": 2.0}
+    )
+    row = grid.padded_row(6, 5, 12, "bf16", "uniform", "cell", compiled=grid.masked_mean_eager)
+    assert len(timed) == 6 and all(out.shape == (6, 12) for out in timed)
+    for out in timed[1:3]:  # eager and "compiled" over the same padded x; the split ones over their own values
+        torch.testing.assert_close(out.float(), timed[0].float(), rtol=2e-2, atol=2e-2)
+    torch.testing.assert_close(timed[4].float(), timed[3].float(), rtol=2e-2, atol=2e-2)
+    torch.testing.assert_close(timed[5].float(), timed[3].float(), rtol=2e-2, atol=2e-2)
+    text = grid.markdown({"device": "cpu", "torch": "", "triton": "", "padded": [row], "padded_correctness": rows})
+    assert "| 6 | 5 | 12 | bf16 | uniform |" in text and "| 1.00x | 1.00x |" in text

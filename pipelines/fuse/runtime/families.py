@@ -1,6 +1,7 @@
 """The kernels the default registry holds, by family, with their conditions and measured timings, and the forms
 (PATTERNS) it tries, in order: the hand-written unrolled forms, then each family's pattern / replacement pairs, then
-embedding -> partitioned mean (it rewrites what the partitioned-mean entries left: embedding_forms.py)."""
+the masked means over padded rows (padded_forms.py), then embedding -> partitioned mean (it rewrites what the
+partitioned-mean entries left, the split padded form's replacement included: embedding_forms.py)."""
 
 from __future__ import annotations
 

@@ -1,8 +1,9 @@
 """Masked means over padded rows: `(padded * mask).sum(1) / counts`, the mask `arange(L)[None, :] < lengths[:, None]`.
 
 Two forms, told apart by where the padded [B, L, D] tensor comes from:
-- `padded_split_masked_mean`: `pad_sequence(torch.split(values, sizes), batch_first=True)`. Replaced by the
-  partitioned mean on the unpadded values [N, D] (the pad is never written), the split sizes giving the offsets.
+- `padded_split_masked_mean`: `pad_sequence(torch.split(values, sizes), batch_first=True)`, or the loop capture's
+  op for it on a sizes tensor (PARTITION_PADS, matched by name). Replaced by the partitioned mean on the unpadded
+  values [N, D] (the pad is never written), the split sizes giving the offsets.
 - `padded_masked_mean`: any other [B, L, D] tensor. Replaced by the padded masked mean (padded.py), which reads only
   the rows the mask keeps.
 
@@ -21,7 +22,8 @@ What is proved and what is not, and why the result is exact anyway:
   the user's code computes for any lengths: partition b keeps its first rows_b = min(size_b, max(lengths_b, 0))
   rows, through 2B partitions of the same kernel (b's kept rows, then the rest of its split chunk, empty when the
   lengths match: what that costs is one more [B, D] output), and its mean is scaled by rows_b / counts_b (exactly
-  1.0 when counts is the clamped lengths and they match the sizes).
+  1.0 when counts is the clamped lengths and they match the sizes). The capture's op takes the sizes as a tensor:
+  when the mask's lengths are that tensor (through exact casts), B partitions do.
 Anything else (the mask not provably a length mask along dim 1, batch_first=False, left padding, a non-finite
 padding value, the values of a split not pooled whole) is left alone, counted with the reason.
 
@@ -45,6 +47,7 @@ from .fx_match import strip_unary
 from .padded import MODES
 from .patterns import HandForm
 from .patterns import Match
+from .patterns import offsets_from_lengths
 from .patterns import offsets_from_sizes
 
 _DIVIDE = {"functions": (operator.truediv, torch.div, torch.true_divide), "methods": ("div", "true_divide")}
@@ -82,7 +85,11 @@ def padded_masked_mean_replacement(padded, lengths, counts, mode: int, out_dtype
 
 
 def padded_split_masked_mean_replacement(values, sizes: list[int], lengths, counts, out_dtype: torch.dtype, *, pool):
-    bounds = offsets_from_sizes(values, sizes)
+    return _kept_rows_mean(values, offsets_from_sizes(values, sizes), lengths, counts, out_dtype, pool)
+
+
+def _kept_rows_mean(values, bounds, lengths, counts, out_dtype, pool):
+    """Chunk b = rows [bounds[b], bounds[b + 1]); the mask keeps its first min(size_b, max(lengths_b, 0))."""
     starts = bounds[:-1]
     rows = torch.minimum(lengths.to(torch.int64).clamp(min=0), bounds[1:] - starts)
     # partition 2b: b's kept rows; 2b + 1: the rest of its chunk (empty when the lengths are the sizes)
@@ -91,12 +98,22 @@ def padded_split_masked_mean_replacement(values, sizes: list[int], lengths, coun
     return (means * (rows.to(torch.float32)[:, None] / counts)).to(out_dtype)
 
 
+def padded_partitions_masked_mean_replacement(values, sizes, lengths, counts, out_dtype, same: bool, *, pool):
+    """The split padded by a sizes tensor (PARTITION_PADS): B partitions where the mask's lengths are those sizes
+    (provably), else the 2B partitions of the split form."""
+    if not same:
+        return _kept_rows_mean(values, offsets_from_lengths(sizes.to(torch.int64)), lengths, counts, out_dtype, pool)
+    rows = sizes.to(torch.int64)
+    means = pool(values, offsets_from_lengths(rows))
+    return (means * (rows.to(torch.float32)[:, None] / counts)).to(out_dtype)
+
+
 # --- the matchers ----------------------------------------------------------------------------------------------
 
 
 def match_padded_masked_mean(node) -> Match | None:
     found = _masked_mean(node)
-    if found is None or _split_source(found["padded"]) is not None:
+    if found is None or _split_source(found["padded"]) is not None or _partitions_source(found["padded"]):
         return None
     padded, counts = found["padded"], found["counts"]
     match = Match(node, (), padded, found["nodes"])
@@ -115,6 +132,8 @@ def match_padded_masked_mean(node) -> Match | None:
 
 def match_padded_split_masked_mean(node) -> Match | None:
     found = _masked_mean(node)
+    if found is not None and _partitions_source(found["padded"]) is not None:
+        return _match_padded_partitions(node, found)
     source = None if found is None else _split_source(found["padded"])
     if source is None:
         return None
@@ -269,6 +288,41 @@ def _clamped_at_one(node) -> bool:
         low = arg(node, 1, "min")
         return low == 1 and not isinstance(low, bool)
     return False
+
+
+# The loop capture's op for the split padded by a lengths tensor (`pad_sequence(torch.split(values,
+# lengths.tolist()), batch_first=True)` rewritten before Dynamo, with an unbacked padded length): matched by name, so
+# this module needs nothing of the capture's; rows past a length are zeros there, as pad_sequence's default padding.
+PARTITION_PADS = ("liger_fuse::pad_partitions",)
+
+
+def _partitions_source(padded) -> tuple[fx.Node, fx.Node] | None:
+    """(values, sizes tensor) for `pad_partitions(values, sizes)`, else None."""
+    if not isinstance(padded, fx.Node) or padded.op != "call_function" or len(padded.args) != 2 or padded.kwargs:
+        return None
+    if _op_name(padded.target) not in PARTITION_PADS:
+        return None
+    return padded.args[0], padded.args[1]
+
+
+def _op_name(target) -> str | None:
+    """ "namespace::name" of a custom op as Dynamo records it (an overload or its packet), else None."""
+    packet = getattr(target, "overloadpacket", target)
+    return getattr(packet, "_qualified_op_name", None)
+
+
+def _match_padded_partitions(node, found: dict) -> Match:
+    values, sizes = _partitions_source(found["padded"])
+    match = Match(node, (), values, [*found["nodes"], found["padded"]])
+    lengths, reason = _mask_lengths(found)
+    value = example(values)
+    match.declined = reason or ("" if value is not None and value.dim() == 2 else "the padded values are not [N, D]")
+    if not match.declined:
+        same = _exact_source(sizes) is _exact_source(lengths)  # the mask's lengths are the pad's sizes: B partitions
+        match.args = (values, sizes, lengths, found["counts"], example(node).dtype, same)
+        match.replacement = padded_partitions_masked_mean_replacement
+        match.nodes += _mask_inputs(found["compare"])
+    return match
 
 
 def _split_source(padded) -> tuple[fx.Node, list[fx.Node]] | None:

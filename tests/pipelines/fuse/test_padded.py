@@ -295,3 +295,64 @@ def test_the_gpu_scripts_padded_section_runs_on_the_interpreter(monkeypatch):
     torch.testing.assert_close(timed[5].float(), timed[3].float(), rtol=2e-2, atol=2e-2)
     text = grid.markdown({"device": "cpu", "torch": "", "triton": "", "padded": [row], "padded_correctness": rows})
     assert "| 6 | 5 | 12 | bf16 | uniform |" in text and "| 1.00x | 1.00x |" in text
+
+
+@torch.library.custom_op("liger_fuse_tests::pad_partitions", mutates_args=())
+def _pad_partitions(values: torch.Tensor, lengths: torch.Tensor) -> torch.Tensor:
+    """What the loop capture writes for a split padded by lengths.tolist(): an unbacked padded length."""
+    return pad_sequence(torch.split(values, lengths.tolist()), batch_first=True)
+
+
+@_pad_partitions.register_fake
+def _(values, lengths):
+    return values.new_empty(lengths.shape[0], torch.library.get_ctx().new_dynamic_size(), values.shape[1])
+
+
+@torch.library.custom_op("liger_fuse_tests::unpad_partitions", mutates_args=())
+def _unpad_partitions(grad: torch.Tensor, lengths: torch.Tensor, rows: int) -> torch.Tensor:
+    return torch.cat([grad[b, :n] for b, n in enumerate(lengths.tolist())]).reshape(rows, grad.shape[2])
+
+
+@_unpad_partitions.register_fake
+def _(grad, lengths, rows):
+    return grad.new_empty(rows, grad.shape[2])
+
+
+def _pad_partitions_backward(ctx, grad):
+    (lengths,) = ctx.saved_tensors
+    return _unpad_partitions(grad.contiguous(), lengths, ctx.rows), None
+
+
+def _pad_partitions_context(ctx, inputs, output):
+    ctx.save_for_backward(inputs[1])
+    ctx.rows = inputs[0].shape[0]
+
+
+_pad_partitions.register_autograd(_pad_partitions_backward, setup_context=_pad_partitions_context)
+
+
+def partitions_pad(values, lengths, mask_lengths):
+    rows = _pad_partitions(values, lengths.to(torch.int64))
+    mask = torch.arange(rows.shape[1])[None, :] < mask_lengths[:, None]
+    return (rows * mask[..., None]).sum(1) / mask_lengths.clamp(min=1)[:, None]
+
+
+@pytest.mark.parametrize("same", [True, False], ids=["mask_of_the_sizes", "other_mask"])
+def test_the_capture_s_pad_of_a_split_is_pooled_on_the_unpadded_rows(monkeypatch, same):
+    from pipelines.fuse.runtime import padded_forms
+
+    monkeypatch.setattr(padded_forms, "PARTITION_PADS", ("liger_fuse_tests::pad_partitions",))
+    lengths = torch.tensor([3, 0, 6, 1])
+    mask_lengths = lengths if same else torch.tensor([2, 0, 9, 1])  # fewer rows than a chunk, more
+    fn = (lambda v, n: partitions_pad(v, n, n)) if same else (lambda v, n: partitions_pad(v, n, mask_lengths))
+    values = torch.randn(10, 4, requires_grad=True)
+    with torch._dynamo.config.patch(capture_dynamic_output_shape_ops=True):
+        compiled = _compiled(fn)
+        out = compiled(values, lengths)
+    grad = torch.autograd.grad((out * torch.arange(out.numel()).view_as(out)).sum(), values)[0]
+    expected = fn(values, lengths)
+    torch.testing.assert_close(out, expected)
+    expected_grad = torch.autograd.grad((expected * torch.arange(out.numel()).view_as(out)).sum(), values)[0]
+    torch.testing.assert_close(grad, expected_grad)
+    stats = compiled.liger_fuse_stats
+    assert stats.replaced == {"padded_split_masked_mean": 1} and stats.fallbacks == []

@@ -46,6 +46,7 @@ BANDWIDTH_BYTES = 64 << 20  # cells moving more than this get a % of the bandwid
 DTYPES = {"fp32": torch.float32, "bf16": torch.bfloat16}
 ALL_DTYPES = {**DTYPES, "fp16": torch.float16}
 SECTIONS = ("correctness", "short_correctness", "tuning", "bandwidth", "recsys", "skew", "grid")
+PADDED_SECTIONS = ("padded_correctness", "padded")  # only when asked: --sections padded_correctness padded
 RECSYS = [(b, length, d) for d in (64, 128, 256) for b in (1024, 16384, 262144) for length in (4, 16, 200)]
 GRID_B = (1, 64, 1024, 16384, 262144)
 GRID_LENGTH = (1, 4, 16, 200, 2000)
@@ -501,6 +502,146 @@ def skew(clock: Clock, ceiling_gbs: float) -> tuple[list[dict], list[str]]:
     return rows, skipped
 
 
+# --- padded: the masked mean over a padded [B, L, D] tensor and the split + pad_sequence form (issue 13) --------
+
+PADDED_CELLS = [  # (B, L, D, dtype, lengths): "uniform" in [0, L]; "short" in [0, L / 16] with 1% at L
+    (262144, 8, 32, "bf16", "uniform"),
+    (16384, 50, 64, "bf16", "uniform"),
+    (16384, 200, 128, "fp32", "short"),
+    (1024, 200, 256, "bf16", "uniform"),
+    (1024, 200, 256, "fp32", "uniform"),
+    (4096, 400, 128, "bf16", "short"),
+    (64, 2000, 256, "bf16", "uniform"),
+    (64, 2000, 256, "fp32", "short"),
+]
+PADDED_CORRECTNESS_CELLS = [(4096, 50, 64, "uniform"), (8, 3000, 256, "short")]  # the long one splits L
+SPLIT_MAX_B = 16384  # the split form's eager baseline splits into B tensors on the host: not timed past this B
+
+
+def padded_lengths(b: int, length: int, kind: str, seed: int = 0) -> torch.Tensor:
+    g = torch.Generator(device=DEVICE).manual_seed(seed)
+    if kind == "uniform":
+        return torch.randint(0, length + 1, (b,), device=DEVICE, generator=g)
+    lengths = torch.randint(0, max(length // 16, 1) + 1, (b,), device=DEVICE, generator=g)
+    lengths[torch.rand(b, device=DEVICE, generator=g) < 0.01] = length
+    return lengths
+
+
+def masked_mean_eager(x, lengths):
+    mask = torch.arange(x.shape[1], device=x.device)[None, :] < lengths[:, None]
+    return (x * mask[..., None]).sum(1) / lengths.clamp(min=1)[:, None]
+
+
+def split_masked_mean_eager(values, sizes, lengths):
+    rows = torch.nn.utils.rnn.pad_sequence(torch.split(values, sizes), batch_first=True)
+    mask = torch.arange(rows.shape[1], device=values.device)[None, :] < lengths[:, None]
+    return (rows * mask[..., None]).sum(1) / lengths.clamp(min=1)[:, None]
+
+
+def padded_correctness(clock: Clock) -> list[dict]:
+    """Our padded op (the pass's fused clamp division) and the split form's replacement against float64, forward
+    and the input's gradient, every dtype, on a short and a long cell (the L axis split there)."""
+    from pipelines.fuse.runtime import padded
+    from pipelines.fuse.runtime.families import triton_partitioned_mean
+    from pipelines.fuse.runtime.padded_forms import padded_split_masked_mean_replacement
+
+    rows = []
+    for b, length, d, kind in PADDED_CORRECTNESS_CELLS:
+        lengths = padded_lengths(b, length, kind, seed=1)
+        sizes = lengths.tolist()
+        for dtype_name, dtype in ALL_DTYPES.items():
+            x = torch.randn(b, length, d, device=DEVICE).to(dtype).requires_grad_()
+            exact = x.detach().double().requires_grad_()
+            ref = masked_mean_eager(exact, lengths)
+            grad = torch.randn_like(ref)
+            ref.backward(grad)
+            out = padded.padded_masked_mean_op(x, lengths, padded.MODES["clamp"], dtype)
+            out.backward(grad.to(dtype))
+            values = torch.randn(sum(sizes), d, device=DEVICE).to(dtype).requires_grad_()
+            exact_values = values.detach().double().requires_grad_()
+            split_ref = split_masked_mean_eager(exact_values, sizes, lengths)
+            split_ref.backward(grad)
+            counts = lengths.clamp(min=1)[:, None]
+            split = padded_split_masked_mean_replacement(
+                values, sizes, lengths, counts, dtype, pool=triton_partitioned_mean
+            )
+            split.backward(grad.to(dtype))
+            tol = 1e-5 if dtype == torch.float32 else 2e-2
+            errors = {
+                "forward_rel_err": rel_err(out, ref.detach()),
+                "backward_rel_err": rel_err(x.grad, exact.grad),
+                "split_forward_rel_err": rel_err(split, split_ref.detach()),
+                "split_backward_rel_err": rel_err(values.grad, exact_values.grad),
+            }
+            pad_grad_zero = bool(
+                (x.grad.float() * (~(torch.arange(length, device=DEVICE) < lengths[:, None]))[..., None]).abs().max()
+                == 0
+            )
+            rows.append(
+                {"B": b, "L": length, "D": d, "dtype": dtype_name, "lengths": kind, **errors,
+                 "pad_grad_zero": pad_grad_zero, "ok": all(e < tol for e in errors.values()) and pad_grad_zero}
+            )  # fmt: skip
+            print("padded_correctness", rows[-1], flush=True)
+    return rows
+
+
+def padded_section(clock: Clock) -> tuple[list[dict], list[str]]:
+    """Per cell, forward and forward + backward: our padded op, the eager `(x * mask).sum(1) / counts` and its
+    torch.compile (dynamic shapes: one compile for every cell); for the split form (B <= SPLIT_MAX_B) eager
+    pad_sequence + mask against the pass's replacement (offsets built from the sizes each call, then our partitioned
+    mean over 2B partitions) and the kernel alone (offsets prebuilt)."""
+    compiled = torch.compile(masked_mean_eager, dynamic=True)
+    rows, skipped = [], []
+    for b, length, d, dtype_name, kind in PADDED_CELLS:
+        label = f"padded B={b} L={length} D={d} {dtype_name} {kind}"
+        if clock.left() < 10:
+            skipped.append(f"{label}: time budget")
+            continue
+        row = padded_row(b, length, d, dtype_name, kind, label, compiled)
+        rows.append(row)
+        print("padded", rows[-1], flush=True)
+        torch.cuda.empty_cache()
+    return rows, skipped
+
+
+def padded_row(b: int, length: int, d: int, dtype_name: str, kind: str, label: str, compiled) -> dict:
+    from pipelines.fuse.runtime import padded
+    from pipelines.fuse.runtime.families import triton_partitioned_mean
+    from pipelines.fuse.runtime.padded_forms import padded_split_masked_mean_replacement
+
+    dtype = ALL_DTYPES[dtype_name]
+    lengths = padded_lengths(b, length, kind)
+    n = int(lengths.sum())
+    x = torch.randn(b, length, d, device=DEVICE, dtype=dtype, requires_grad=True)
+    row = {"B": b, "L": length, "D": d, "dtype": dtype_name, "lengths": kind, "mean_length": n / b}
+    row["launch"] = padded.padded_config(b, length, d, dtype, x.device)
+    row["ours"] = timed_both(
+        lambda: padded.padded_masked_mean_op(x, lengths, padded.MODES["clamp"], dtype), x, f"{label} ours"
+    )
+    row["eager"] = timed_both(lambda: masked_mean_eager(x, lengths), x, f"{label} eager")
+    row["compiled"] = timed_both(lambda: compiled(x, lengths), x, f"{label} compiled")
+    if b <= SPLIT_MAX_B:
+        sizes, counts = lengths.tolist(), lengths.clamp(min=1)[:, None]
+        values = torch.randn(n, d, device=DEVICE, dtype=dtype, requires_grad=True)
+        starts = torch.cat([lengths.new_zeros(1), lengths.cumsum(0)])
+        offsets = torch.cat([torch.stack([starts[:-1], starts[1:]], 1).reshape(-1), starts[-1:]])
+        row["split_eager"] = timed_both(
+            lambda: split_masked_mean_eager(values, sizes, lengths), values, f"{label} split eager"
+        )
+        row["split_ours"] = timed_both(
+            lambda: padded_split_masked_mean_replacement(
+                values, sizes, lengths, counts, dtype, pool=triton_partitioned_mean
+            ),
+            values,
+            f"{label} split ours",
+        )
+        row["split_kernel"] = timed_both(lambda: OurPool.apply(values, offsets)[0::2], values, f"{label} split kernel")
+    return row
+
+
+PADDED_VARIANTS = ("ours", "eager", "compiled", "split_eager", "split_ours", "split_kernel")
+
+
 def cell(entry) -> str:
     if entry is None:
         return ""
@@ -548,6 +689,30 @@ def speedup(other_ms: float, ours: dict) -> str:
     if "full_ms" not in ours or math.isinf(other_ms):
         return "-"
     return f"{other_ms / ours['full_ms']:.2f}x"
+
+
+def padded_markdown(report: dict) -> list[str]:
+    lines = []
+    if report.get("padded_correctness"):
+        lines += ["", "## Padded masked mean: correctness (float64 reference, rel. error)", ""]
+        lines += ["| B | L | D | dtype | lengths | fwd | bwd | split fwd | split bwd | pad grad 0 | ok |"]
+        lines += ["|---" * 11 + "|"]
+        for r in report["padded_correctness"]:
+            errs = " | ".join(f"{r[k]:.1e}" for k in ("forward_rel_err", "backward_rel_err", "split_forward_rel_err",
+                                                       "split_backward_rel_err"))  # fmt: skip
+            lines.append(f"| {r['B']} | {r['L']} | {r['D']} | {r['dtype']} | {r['lengths']} | {errs} "
+                         f"| {r['pad_grad_zero']} | {r['ok']} |")  # fmt: skip
+    if report.get("padded"):
+        lines += ["", "## Padded masked mean (forward / forward+backward ms)", ""]
+        lines += ["| B | L | D | dtype | lengths | mean | " + " | ".join(PADDED_VARIANTS) + " | ours vs compiled "
+                  "| split ours vs split eager |", "|---" * (len(PADDED_VARIANTS) + 8) + "|"]  # fmt: skip
+        for r in report["padded"]:
+            cells = " | ".join(cell(r.get(n)) for n in PADDED_VARIANTS)
+            ratios = f"{speedup(best_other(r, ['compiled']), r['ours'])} | "
+            ratios += speedup(best_other(r, ["split_eager"]), r["split_ours"]) if "split_ours" in r else "-"
+            lines.append(f"| {r['B']} | {r['L']} | {r['D']} | {r['dtype']} | {r['lengths']} "
+                         f"| {r['mean_length']:.1f} | {cells} | {ratios} |")  # fmt: skip
+    return lines
 
 
 def markdown(report: dict) -> str:
@@ -624,6 +789,7 @@ def markdown(report: dict) -> str:
         )
         cells = " | ".join(cell(r.get(n)) for n in grid_names)
         lines.append(f"| {r['B']} | {r['mean_length']} | {r['D']} | {r['dtype']} | {cells} | {ratio} | {pct} |")
+    lines += padded_markdown(report)
     lines += ["", "## Skipped", ""] + [f"- {s}" for s in report.get("skipped", [])] + [""]
     return "\n".join(lines)
 
@@ -634,7 +800,7 @@ def main(argv=None) -> int:
     parser.add_argument("--budget-s", type=float, default=280.0)
     parser.add_argument("--tune-s", type=float, default=60.0)
     parser.add_argument("--write-launch", action="store_true", help="rewrite the runtime's embedding_pool_launch.json")
-    parser.add_argument("--sections", nargs="+", choices=SECTIONS, default=list(SECTIONS))
+    parser.add_argument("--sections", nargs="+", choices=SECTIONS + PADDED_SECTIONS, default=list(SECTIONS))
     parser.add_argument("--dtypes", nargs="+", choices=list(ALL_DTYPES), default=list(DTYPES), help="grid dtypes")
     parser.add_argument("--graph-ms", type=float, default=10.0, help="GPU time of one timing graph (ms)")
     parser.add_argument("--replays", type=int, default=5, help="replays of each timing graph (the median is kept)")
@@ -666,6 +832,8 @@ def main(argv=None) -> int:
         ("recsys", lambda: recsys(clock, stop_left=args.budget_s * 0.35)),
         ("skew", lambda: skew(clock, report["bandwidth"]["ceiling"])),
         ("grid", lambda: grid(clock, report["bandwidth"]["ceiling"], grid_dtypes)),
+        ("padded_correctness", lambda: padded_correctness(clock)),
+        ("padded", lambda: padded_section(clock)),
     ]
     for name, run in sections:
         if name not in wanted:
@@ -684,7 +852,7 @@ def main(argv=None) -> int:
             if args.write_launch:
                 write_launch(embedding_pool.LAUNCH_TABLE, launch, report["device"])
                 embedding_pool._LAUNCH.clear()  # the timed sections below use the measured launches
-        if name in ("recsys", "skew", "grid") and result:
+        if name in ("recsys", "skew", "grid", "padded") and result:
             result, skipped = result
             report["skipped"] += skipped
         report[name] = result
@@ -693,7 +861,7 @@ def main(argv=None) -> int:
         (args.out / "pooling_grid.json").write_text(json.dumps(report, indent=1))
     (args.out / "pooling_grid.md").write_text(markdown(report))
     print(f"wrote {args.out}/pooling_grid.json and .md in {args.budget_s - clock.left():.0f} s", flush=True)
-    checks = report.get("correctness", []) + report.get("short_correctness", [])
+    checks = report.get("correctness", []) + report.get("short_correctness", []) + report.get("padded_correctness", [])
     return 0 if all(r["ok"] for r in checks) and not report["errors"] else 1
 
 

@@ -16,6 +16,7 @@ from .backend import make_backend
 from .embedding_pool import embedding_partitioned_mean
 from .families import default_registry
 from .grouped_embedding_pool import grouped_embedding_partitioned_mean
+from .padded import padded_masked_mean
 from .pooling import grouped_partitioned_mean
 from .pooling import partitioned_mean
 from .registry import Registry
@@ -29,5 +30,6 @@ __all__ = [
     "grouped_embedding_partitioned_mean",
     "grouped_partitioned_mean",
     "make_backend",
+    "padded_masked_mean",
     "partitioned_mean",
 ]

@@ -1,7 +1,8 @@
 """The kernels the default registry holds, by family, with their conditions and measured timings, and the forms
 (PATTERNS) it tries, in order: the hand-written unrolled forms, then each family's pattern / replacement pairs, then
-embedding -> partitioned mean (it rewrites what the partitioned-mean entries left: embedding_forms.py), then K of
-those meeting in one torch.cat -> one grouped launch (grouped_embedding_forms.py)."""
+the masked means over padded rows (padded_forms.py), then embedding -> partitioned mean (it rewrites what the
+partitioned-mean entries left, the split padded form's replacement included: embedding_forms.py), then K of those
+meeting in one torch.cat -> one grouped launch (grouped_embedding_forms.py)."""
 
 from __future__ import annotations
 
@@ -16,6 +17,7 @@ from .embedding_pool import pass_embedding_partitioned_mean
 from .grouped_embedding_forms import GROUPED_EMBEDDING_FORMS
 from .grouped_embedding_pool import pass_grouped_embedding_partitioned_mean
 from .liger_pairs import LIGER_PAIRS
+from .padded_forms import PADDED_FORMS
 from .pooling import interpreter_active
 from .pooling_pairs import POOLING_PAIRS
 from .registry import Condition
@@ -28,6 +30,10 @@ TIMINGS = Path(__file__).with_name("timings.json")  # written from benchmarks/po
 
 def triton_partitioned_mean(values, offsets):
     return torch.ops.liger_fuse.partitioned_mean(values, offsets)
+
+
+def triton_padded_masked_mean(padded, lengths, mode, out_dtype):
+    return torch.ops.liger_fuse.padded_masked_mean(padded, lengths, mode, out_dtype)
 
 
 def triton_embedding_partitioned_mean(table, ids, offsets):
@@ -62,12 +68,13 @@ KERNEL_FUNCTIONS = {
     "triton_partitioned_mean": triton_partitioned_mean,
     "triton_embedding_partitioned_mean": triton_embedding_partitioned_mean,
     "triton_grouped_embedding_partitioned_mean": triton_grouped_embedding_partitioned_mean,
+    "triton_padded_masked_mean": triton_padded_masked_mean,
     "liger_rms_norm": liger_rms_norm,
     "liger_swiglu": liger_swiglu,
 }
 
 
-PATTERNS = (*UNROLLED_FORMS, *POOLING_PAIRS, *EMBEDDING_FORMS, *GROUPED_EMBEDDING_FORMS, *LIGER_PAIRS)
+PATTERNS = (*UNROLLED_FORMS, *POOLING_PAIRS, *PADDED_FORMS, *EMBEDDING_FORMS, *GROUPED_EMBEDDING_FORMS, *LIGER_PAIRS)
 
 
 def default_kernels() -> list[Kernel]:
@@ -81,6 +88,15 @@ def default_kernels() -> list[Kernel]:
                 ("cuda", "cpu"), (*float_types, torch.float16), (2,), _triton_runs, "CPU without TRITON_INTERPRET=1"
             ),
             function=triton_partitioned_mean,
+        ),
+        # the masked mean over a padded [B, L, D] tensor (padded.py); the operand is the padded tensor
+        Kernel(
+            "triton_padded_masked_mean",
+            "padded_masked_mean",
+            Condition(
+                ("cuda", "cpu"), (*float_types, torch.float16), (3,), _triton_runs, "CPU without TRITON_INTERPRET=1"
+            ),
+            function=triton_padded_masked_mean,
         ),
         # the fused gather + pool (embedding_pool.py); the operand is the table [V, D]
         Kernel(

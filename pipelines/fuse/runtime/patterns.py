@@ -23,12 +23,6 @@ from .fx_match import is_call
 from .fx_match import same_size
 from .registry import OperandSpec
 
-PADDED_REASON = "no kernel pools a padded [B, L, D] tensor yet (the pooling kernel reads packed [N, D] rows)"
-PADDED_SPLIT_REASON = (
-    "the mask's lengths are a tensor the trace cannot prove equal to the split's sizes (constants from .tolist()): "
-    "left to the inner compiler"
-)
-
 
 @dataclass
 class Match:

@@ -17,10 +17,7 @@ not a pair here: it runs after these, on their replacements (embedding_forms.py 
 
 from __future__ import annotations
 
-import operator
-
 import torch
-from torch import fx
 from torch.nn.functional import embedding_bag
 
 from .fx_match import example
@@ -29,8 +26,6 @@ from .fx_match import same_size
 from .fx_match import strip_unary
 from .pairs import Pair
 from .pairs import spellings
-from .patterns import PADDED_REASON
-from .patterns import PADDED_SPLIT_REASON
 from .patterns import counts_rows
 from .patterns import index_reason
 from .patterns import is_zeros
@@ -38,7 +33,6 @@ from .patterns import offsets_from_lengths
 
 _COUNT_CHAIN = {"methods": ("clamp", "clamp_min", "float", "to", "unsqueeze", "view", "reshape", "type_as")}
 _COUNT_CHAIN["functions"] = (torch.clamp, torch.clamp_min, torch.unsqueeze)
-_MASK_CHAIN = {"methods": ("unsqueeze", "to", "float", "type_as", "view", "reshape"), "functions": (torch.unsqueeze,)}
 
 
 def segment_ids(count, lengths, output_size, with_size: bool):
@@ -182,60 +176,7 @@ def _embedding_bag_check(bindings) -> str | None:
     return index_reason(bindings["bag_offsets"])
 
 
-# --- masked mean over padded rows: recognised and left alone, with the reason counted -------------------------
-
-
-def _padded_masked_mean(dim_keyword):
-    def padded_masked_mean_pattern(left, right, counts):
-        return ((left * right).sum(dim=1) if dim_keyword else (left * right).sum(1)) / counts
-
-    return padded_masked_mean_pattern
-
-
-def padded_masked_mean_replacement(left, right, counts, *, pool):
-    raise NotImplementedError("recognised only: no kernel pools a padded [B, L, D] tensor yet")
-
-
-def _padded_side(bindings):
-    """The [B, L, D] factor of the product when the other is a length mask (either order), else None."""
-    for padded, mask in ((bindings["left"], bindings["right"]), (bindings["right"], bindings["left"])):
-        value = example(padded)
-        if value is not None and value.dim() == 3 and _length_mask(mask):
-            return padded
-    return None
-
-
-def _padded_split_check(bindings) -> str | None:
-    padded = _padded_side(bindings)
-    return PADDED_SPLIT_REASON if padded is not None and _padded_split(padded) else None
-
-
-def _padded_check(bindings) -> str | None:
-    padded = _padded_side(bindings)
-    return PADDED_REASON if padded is not None and not _padded_split(padded) else None
-
-
-def _length_mask(node) -> bool:
-    """`arange(L)[None, :] < lengths[:, None]` (either side), through unsqueeze / [..., None] / dtype casts."""
-    node = strip_unary(node, **_MASK_CHAIN)
-    if is_call(node, (operator.getitem,)) and node.args[1] in ((Ellipsis, None), (Ellipsis, None, None)):
-        node = strip_unary(node.args[0], **_MASK_CHAIN)
-    if not is_call(node, (operator.lt, torch.lt, operator.gt, torch.gt), ("lt", "gt")):
-        return False
-    return any(is_call(strip_unary(a), (torch.arange,)) for a in node.args if isinstance(a, fx.Node))
-
-
-def _padded_split(node) -> bool:
-    if not is_call(node, (torch.nn.utils.rnn.pad_sequence, torch._C._nn.pad_sequence)):
-        return False
-    items = node.args[0] if node.args else ()
-    return bool(items) and all(
-        is_call(i, (operator.getitem,)) and is_call(i.args[0], (torch.split,), ("split",)) for i in items
-    )
-
-
 _BOTH = (False, True)
-_PADDED_SPELLINGS = spellings(_padded_masked_mean, dim_keyword=_BOTH)
 
 POOLING_PAIRS = (
     # the first entry to match a root claims it: a pair comes before the pairs its pattern contains
@@ -279,22 +220,5 @@ POOLING_PAIRS = (
         spellings(_embedding_bag_mean, mode_given=_BOTH, last_given=_BOTH),
         embedding_bag_mean_replacement,
         _embedding_bag_check,
-    ),
-    # recognised and counted, never replaced (their checks always decline): the padded forms
-    Pair(
-        "padded_split_masked_mean",
-        "partitioned_mean",
-        _PADDED_SPELLINGS,
-        padded_masked_mean_replacement,
-        _padded_split_check,
-        operand="left",
-    ),
-    Pair(
-        "padded_masked_mean",
-        "partitioned_mean",
-        _PADDED_SPELLINGS,
-        padded_masked_mean_replacement,
-        _padded_check,
-        operand="left",
     ),
 )

@@ -276,36 +276,6 @@ def test_split_by_lengths_tolist_runs_and_is_pooled_by_the_kernel_batch_after_ba
     assert compiled.liger_fuse_stats.fallbacks == []
 
 
-def padded_split_form(x, lengths):
-    padded = torch.nn.utils.rnn.pad_sequence(torch.split(x, lengths.tolist()), batch_first=True)
-    mask = torch.arange(padded.shape[1])[None, :] < lengths[:, None]
-    return (padded * mask.unsqueeze(-1)).sum(1) / lengths.clamp(min=1).unsqueeze(-1)
-
-
-def padded_form(x, lengths):
-    mask = (torch.arange(x.shape[1])[None, :] < lengths[:, None]).to(x.dtype)
-    return (x * mask[..., None]).sum(dim=1) / lengths[:, None]
-
-
-def test_masked_means_over_padded_rows_run_and_are_left_alone_with_the_reason_counted():
-    from pipelines.fuse.runtime.patterns import PADDED_REASON
-    from pipelines.fuse.runtime.patterns import PADDED_SPLIT_REASON
-
-    x = torch.randn(10, 4, requires_grad=True)
-    padded = torch.randn(3, 6, 4, requires_grad=True)
-    for form, args, name, reason in (
-        (padded_split_form, (x, LENGTHS), "padded_split_masked_mean", PADDED_SPLIT_REASON),
-        (padded_form, (padded, LENGTHS), "padded_masked_mean", PADDED_REASON),
-    ):
-        compiled, graphs = _compiled(form)
-        out = compiled(*args)
-        torch.testing.assert_close(out, form(*args))
-        out.sum().backward()
-        stats = compiled.liger_fuse_stats
-        assert stats.replaced == {} and stats.declined_reasons == {f"{name}: {reason}": 1}, form.__name__
-    torch.testing.assert_close(padded_split_form(x, LENGTHS), pooling.partitioned_mean_reference(x, OFFSETS))
-
-
 def test_a_device_set_aside_for_matching_is_put_back_where_nothing_was_replaced():
     def ids_times_two(v):
         return torch.arange(v.shape[0], device=v.device) * 2

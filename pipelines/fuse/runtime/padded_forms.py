@@ -146,7 +146,21 @@ def match_padded_split_masked_mean(node) -> Match | None:
     if not match.declined:
         match.args = (values, list(sizes), lengths, found["counts"], example(node).dtype)
         match.nodes += _mask_inputs(found["compare"])
+        match.nodes += _size_assertions(found["padded"])
     return match
+
+
+def _size_assertions(padded: fx.Node) -> list[fx.Node]:
+    """The runtime check Dynamo adds on the pad's unbacked length (`sym_size(pad, 1) >= 0` -> `_assert_scalar`):
+    it would keep the pad alive, and written, after its masked mean is pooled on the unpadded rows."""
+    out = []
+    for size in [u for u in padded.users if u.target is torch.ops.aten.sym_size.int]:
+        for compare in size.users:
+            asserts = list(compare.users)
+            if asserts and all(a.target is torch.ops.aten._assert_scalar.default for a in asserts):
+                out += [*asserts, compare]
+        out.append(size)
+    return out
 
 
 def _masked_mean(node) -> dict | None:
@@ -322,7 +336,21 @@ def _match_padded_partitions(node, found: dict) -> Match:
         match.args = (values, sizes, lengths, found["counts"], example(node).dtype, same)
         match.replacement = padded_partitions_masked_mean_replacement
         match.nodes += _mask_inputs(found["compare"])
+        match.nodes += _size_assertions(found["padded"])
     return match
+
+
+def _size_assertions(padded: fx.Node) -> list[fx.Node]:
+    """The runtime check Dynamo adds on the pad's unbacked length (`sym_size(pad, 1) >= 0` -> `_assert_scalar`):
+    it would keep the pad alive, and written, after its masked mean is pooled on the unpadded rows."""
+    out = []
+    for size in [u for u in padded.users if u.target is torch.ops.aten.sym_size.int]:
+        for compare in size.users:
+            asserts = list(compare.users)
+            if asserts and all(a.target is torch.ops.aten._assert_scalar.default for a in asserts):
+                out += [*asserts, compare]
+        out.append(size)
+    return out
 
 
 def _split_source(padded) -> tuple[fx.Node, list[fx.Node]] | None:

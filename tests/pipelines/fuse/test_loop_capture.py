@@ -139,3 +139,18 @@ def test_a_padded_split_with_another_padding_value_is_left_as_written():
     values = torch.randn(5, 2)
     torch.testing.assert_close(compiled(values, torch.tensor([3, 2])), OtherPadding()(values, torch.tensor([3, 2])))
     assert "padded_split" not in compiled.liger_fuse_stats.replaced
+
+
+def test_the_padded_split_s_pad_is_never_written_once_its_masked_mean_is_pooled():
+    # Dynamo checks the pad's unbacked length (sym_size >= 0 -> _assert_scalar): left in, it keeps the pad alive
+    graphs = []
+
+    def keep(gm, example_inputs):
+        graphs.append(gm)
+        return gm.forward
+
+    torch._dynamo.reset()
+    compiled = fuse_compile(PaddedSplit(), inner=keep)
+    values, offsets = _batch([2, 5, 1])
+    torch.testing.assert_close(compiled(values, offsets), pooling.partitioned_mean_reference(values, offsets))
+    assert graphs and not any("pad_partitions" in gm.code for gm in graphs)

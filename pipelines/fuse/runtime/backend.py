@@ -92,10 +92,11 @@ def _inner(inner: str | Callable) -> Callable:
 def compile(model, *, registry: Registry | None = None, inner: str | Callable = "inductor", **compile_kwargs):
     """torch.compile(model) with our pass; the compiled model carries `liger_fuse_stats` (FuseStats)."""
     stats = FuseStats(registry or default_registry())
+    pads_before = stats.registry.replaced[padding.PATTERN_NAME]  # a registry the caller passes may hold others'
     if isinstance(model, torch.nn.Module):
         stats.loops_captured = capture_loops(model, stats.registry)
     compiled = torch.compile(model, backend=make_backend(stats, inner), **compile_kwargs)
-    if stats.registry.replaced.get(padding.PATTERN_NAME):
+    if stats.registry.replaced[padding.PATTERN_NAME] > pads_before:
         compiled.forward = _with_dynamo_settings(compiled.forward, padding.DYNAMO_SETTINGS)
     compiled.liger_fuse_stats = stats
     return compiled

@@ -15,8 +15,7 @@ parameters), as `test_mini_model` compares them:
   rounding differs, as it differs under FLCE. Outside the tolerances, the entry cannot tell a patch from rounding.
 
 Variants rebuild the entry's config: `entry` as written; `eager` / `sdpa` with that attn_implementation (every Gemma
-entry Liger's maintainers wrote runs eager); `head128` with head_dim 128 (Liger's fp32 mini_gemma4); `heads4` with 4 heads and
-1 kv head (mini_gemma3_text, mini_gemma4_text). On an H200 one run takes a few seconds.
+entry Liger's maintainers wrote runs eager). On an H200 one run takes a few seconds.
 """
 
 from __future__ import annotations
@@ -86,13 +85,6 @@ def variant_config(config, variant: str):
     config = copy.deepcopy(config)
     if variant in ("eager", "sdpa"):
         config._attn_implementation = variant
-    elif variant == "head128":
-        config.head_dim = 128
-        for layer in (getattr(config, "per_layer_config", None) or {}).values():
-            if "head_dim" in layer:
-                layer["head_dim"] = 128
-    elif variant == "heads4":
-        config.num_attention_heads, config.num_key_value_heads = 4, 1
     elif variant != "entry":
         raise SystemExit(f"unknown variant {variant}")
     return config

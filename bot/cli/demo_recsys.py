@@ -28,9 +28,10 @@ def add_recsys_parser(verbs) -> None:
         "--forms",
         action="store_true",
         help="instead: the encoder written five ways, each with our pass, beside EmbeddingBag / segment_reduce / "
-        "index_add (each variant in its own process, alternating rounds)",
+        "index_add (each variant in its own process, alternating rounds; then all of them in one process, "
+        "alternating step by step: the figures judged)",
     )
-    recsys.add_argument("--rounds", type=int, default=3, help="alternating rounds for --forms (default %(default)s)")
+    recsys.add_argument("--rounds", type=int, default=1, help="per-process rounds for --forms (default %(default)s)")
     recsys.add_argument(
         "--form-limit",
         type=float,
@@ -68,8 +69,15 @@ def forms_command(args, ui) -> ExitStatus:
     ui.progress(f"the recsys encoder written five ways on {args.device}: {args.rounds} rounds x 9 variants")
 
     def progress(label, round_index, result):
+        if label == "interleaved":
+            figure = ", ".join(f"{k} {v:.3f}" for k, v in result.get("step_ms", {}).items()) or result.get("note", "")
+            ui.progress(f"all variants in one process, alternating step by step: {result['status']} {figure}")
+            return
         figure = f"{result['step_ms']:.3f} ms/step" if result["status"] == "ok" else result.get("note", "")
-        ui.progress(f"round {round_index + 1}: {label}: {result['status']} {figure}")
+        replaced = ", ".join(f"{k} x{v}" for k, v in result.get("replaced", {}).items())
+        ui.progress(
+            f"round {round_index + 1}: {label}: {result['status']} {figure}" + (f" ({replaced})" if replaced else "")
+        )
 
     report = demo_forms.run(
         args.device, max(args.steps, 2), max(args.rounds, 1), limit_s=args.form_limit, on_result=progress

@@ -128,15 +128,18 @@ def first_step_grads(model, batch) -> tuple[torch.Tensor, dict[str, torch.Tensor
 def timed_steps(model, batch_list, device: str) -> tuple[float, float]:
     """(seconds of the first step, which includes compiling; median ms of the following steps)."""
     optimizer = torch.optim.SGD(model.parameters(), lr=1e-3)
-    times = []
-    for batch in batch_list:
-        _sync(device)
-        start = time.perf_counter()
-        train_step(model, optimizer, batch)
-        _sync(device)
-        times.append(time.perf_counter() - start)
+    times = [timed_step(model, optimizer, batch, device) for batch in batch_list]
     rest = times[1:] or times
     return times[0], statistics.median(rest) * 1e3
+
+
+def timed_step(model, optimizer, batch, device: str) -> float:
+    """Seconds of one training step, the device synchronised on both sides."""
+    _sync(device)
+    start = time.perf_counter()
+    train_step(model, optimizer, batch)
+    _sync(device)
+    return time.perf_counter() - start
 
 
 def _sync(device: str) -> None:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import signal
 
 from pipelines.outcome import ExitStatus
 
@@ -79,8 +80,17 @@ def forms_command(args, ui) -> ExitStatus:
             f"round {round_index + 1}: {label}: {result['status']} {figure}" + (f" ({replaced})" if replaced else "")
         )
 
-    report = demo_forms.run(
-        args.device, max(args.steps, 2), max(args.rounds, 1), limit_s=args.form_limit, on_result=progress
-    )
+    def stop(_signum, _frame):  # a timeout's SIGTERM: report what finished, as Ctrl-C does
+        raise KeyboardInterrupt
+
+    previous = signal.signal(signal.SIGTERM, stop)
+    try:
+        report = demo_forms.run(
+            args.device, max(args.steps, 2), max(args.rounds, 1), limit_s=args.form_limit, on_result=progress
+        )
+    finally:
+        signal.signal(signal.SIGTERM, previous)
     ui.result(json.dumps(report) if args.json else demo_forms.to_text(report))
+    if report["interrupted"]:
+        return ExitStatus.INTERRUPTED
     return ExitStatus.OK if report["none_crashed"] and report["grads_match"] else ExitStatus.GATE_FAILED

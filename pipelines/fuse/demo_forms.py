@@ -162,23 +162,26 @@ def run(
     inner = inner or ("inductor" if device == "cuda" else "aot_eager")
     chosen = [v for v in VARIANTS if only is None or v.label in only]
     results: dict[str, list[dict]] = {v.label: [] for v in chosen}
-    for round_index in range(rounds):
-        shift = round_index % len(chosen)
-        for variant in chosen[shift:] + chosen[:shift]:
-            earlier = results[variant.label]
-            if earlier and earlier[-1]["status"] != "ok":
-                continue  # a timeout or crash is not retried: one is the finding
-            result = run_child(variant, device, steps, inner, limit_s)
-            earlier.append(result)
-            if on_result:
-                on_result(variant.label, round_index, result)
     interleaved = None
-    ran = [v for v in chosen if results[v.label] and results[v.label][-1]["status"] == "ok"]
-    if interleave and len(ran) > 1:
-        interleaved = run_interleaved(ran, device, steps, inner, limit_s * INTERLEAVED_LIMITS)
-        if on_result:
-            on_result("interleaved", rounds, interleaved)
-    return summarise(device, inner, steps, rounds, results, interleaved)
+    try:
+        for round_index in range(rounds):
+            shift = round_index % len(chosen)
+            for variant in chosen[shift:] + chosen[:shift]:
+                earlier = results[variant.label]
+                if earlier and earlier[-1]["status"] != "ok":
+                    continue  # a timeout or crash is not retried: one is the finding
+                result = run_child(variant, device, steps, inner, limit_s)
+                earlier.append(result)
+                if on_result:
+                    on_result(variant.label, round_index, result)
+        ran = [v for v in chosen if results[v.label] and results[v.label][-1]["status"] == "ok"]
+        if interleave and len(ran) > 1:
+            interleaved = run_interleaved(ran, device, steps, inner, limit_s * INTERLEAVED_LIMITS)
+            if on_result:
+                on_result("interleaved", rounds, interleaved)
+    except KeyboardInterrupt:  # Ctrl-C or the caller's timeout: what finished is reported, not lost
+        return summarise(device, inner, steps, rounds, results, interleaved) | {"interrupted": True}
+    return summarise(device, inner, steps, rounds, results, interleaved) | {"interrupted": False}
 
 
 def summarise(
@@ -256,6 +259,8 @@ def to_text(report: dict) -> str:
         if row.get("grads_match") is False:
             notes += " GRADIENTS DIFFER"
         lines.append(f"  {label:26} {ms}  {vs}  {notes}")
+    if report.get("interrupted"):
+        lines.append("  INTERRUPTED: the variants above are those that finished; the rest did not run")
     lines.append(
         f"  best alternative: {report['best_alternative']}; forms at least as fast (within "
         f"{100 * report['threshold']:.0f}%): {report['forms_at_least_as_fast']} of {report['forms']}; "

@@ -81,3 +81,41 @@ def test_the_interleaved_child_times_every_variant_from_one_set_of_weights():
     assert result["status"] == "ok", result
     assert set(result["step_ms"]) == {"index_add + pass", "EmbeddingBag eager"}
     assert all(ms > 0 for ms in result["step_ms"].values())
+
+
+def test_an_interrupted_run_reports_the_variants_that_finished(monkeypatch):
+    def child(variant, device, steps, inner, limit_s):
+        if variant.label == "segment_reduce + pass":
+            raise KeyboardInterrupt  # Ctrl-C, or the SIGTERM of the caller's timeout (the CLI raises it)
+        return _ok(1.0)
+
+    monkeypatch.setattr(demo_forms, "run_child", child)
+    report = demo_forms.run("cpu", steps=2, rounds=1)
+    rows = report["variants"]
+    assert report["interrupted"] and rows["split + pass"]["status"] == "ok"
+    assert rows["segment_reduce + pass"]["status"] == "not run" and rows["index_add compiled"]["status"] == "not run"
+    assert "INTERRUPTED" in demo_forms.to_text(report)
+
+
+def test_sigterm_to_the_cli_prints_what_finished_and_exits_interrupted():
+    """The real CLI process stopped by SIGTERM (what `timeout` sends) after its first variant reported."""
+    import json
+    import signal
+    import subprocess
+    import sys
+
+    command = [sys.executable, "-c", "import sys; from bot.cli import main; sys.exit(main())"]
+    command += ["demo", "recsys", "--forms", "--device", "cpu", "--steps", "2", "--json"]
+    cli = subprocess.Popen(command, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    try:
+        for line in cli.stderr:
+            if "round 1: naive loop + pass:" in line:
+                break
+        cli.send_signal(signal.SIGTERM)
+        out, _ = cli.communicate(timeout=60)
+    finally:
+        cli.kill()
+    report = json.loads(out.strip().splitlines()[-1])
+    assert cli.returncode == 130 and report["interrupted"]
+    assert report["variants"]["naive loop + pass"]["status"] == "ok"
+    assert report["variants"]["index_add compiled"]["status"] == "not run"

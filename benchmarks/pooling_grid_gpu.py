@@ -156,18 +156,21 @@ GRID_VARIANTS = {
 }
 
 
-def rule_takes_short(b: int, n: int, d: int, dtype: torch.dtype) -> bool:
-    return pooling.short_config(b, n, d, dtype, torch.device("cuda")) is not None
+def rule_takes_short(b: int, n: int, d: int, dtype: torch.dtype) -> tuple[bool, bool]:
+    """(forward, backward): whether the rule takes the short design in each pass."""
+    forward = pooling.short_config(b, n, d, dtype, torch.device("cuda")) is not None
+    return forward, forward or pooling.narrow_backward_takes_short(b, n, d)
 
 
 def grid_variants(b: int, n: int, length: int, d: int, dtype: torch.dtype) -> dict:
-    """{name: fn or the reason it is not timed}: "previous" only where the rule took the short design (elsewhere it
-    is the rule's own launch), "short" forced only where the rule did not take it, up to mean length 200."""
-    takes_short = rule_takes_short(b, n, d, dtype)
+    """{name: fn or the reason it is not timed}: "previous" only where the rule took the short design in a pass
+    (elsewhere it is the rule's own launch), "short" forced only where the rule did not take it in both passes, up to
+    mean length 200."""
+    forward_short, backward_short = rule_takes_short(b, n, d, dtype)
     variants = dict(GRID_VARIANTS)
-    if not takes_short:
+    if not forward_short and not backward_short:
         variants["previous"] = "same launch as ours"
-    if takes_short:
+    if forward_short and backward_short:
         variants["short"] = "same launch as ours"
     elif length > 200:
         variants["short"] = "not timed above mean length 200"

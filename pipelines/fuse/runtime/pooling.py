@@ -260,7 +260,8 @@ def partitioned_mean_backward(
     b, d = grad_out.shape
     if b == 0 or rows == 0:
         return grad_out.new_zeros(rows, d)
-    block = short_config(b, rows, d, grad_out.dtype, grad_out.device, force=bool(short)) if config is None else None
+    force = bool(short) or (short is None and narrow_backward_takes_short(b, rows, d))
+    block = short_config(b, rows, d, grad_out.dtype, grad_out.device, force=force) if config is None else None
     if block is not None and short is not False:
         return _short_backward(grad_out, offsets, rows, block)
     offsets = offsets.to(torch.int64)
@@ -284,6 +285,22 @@ SHORT_STEP_BYTES = 4096  # bytes a program loads per step (PARTS x BLOCK_D x UNR
 SHORT_MIN_PROGRAMS = 2048  # fewer partitions per program until the launch has this many (16 per H200 SM)
 SHORT_MAX_UNROLL = 16  # rows of each partition a step loads: about 2 steps at uniform lengths [0, 2L], L <= 16
 SHORT_MAX_PARTS = 64  # [128, 16] bf16 spilled (sm_90 ptxas -v); more partitions a program, more per-row state
+
+
+NARROW_WIDTH = 16  # columns: at most this, the backward takes the short design past SHORT_MEAN_LENGTH too
+NARROW_MEAN_LENGTH = 256  # ... up to this mean length (measured at 200)
+NARROW_MIN_PARTITIONS = 64  # ... from this many partitions (at B = 1 the tile kernel's backward was faster)
+
+
+def narrow_backward_takes_short(partitions, rows, width) -> bool:
+    """Narrow rows past the short mean length: on the H200 grid (fourteenth session, benchmarks/pooling_grid_h200.json)
+    the short design's backward took 0.38-0.92x of the tile kernel's time in each of the 8 cells with D 16, mean length
+    200 and B 64 to 262,144 (fp32 and bf16), where a tile program holds only 16 columns; at D >= 64 it was not faster,
+    and its forward was not faster in bf16, so the forward keeps its rule."""
+    if not all(isinstance(size, int) for size in (partitions, rows, width)):
+        return False
+    narrow = width <= NARROW_WIDTH and partitions >= NARROW_MIN_PARTITIONS
+    return narrow and SHORT_MEAN_LENGTH * partitions < rows <= NARROW_MEAN_LENGTH * partitions
 
 
 def short_config(partitions, rows, width, dtype: torch.dtype, device: torch.device, force: bool = False) -> dict | None:

@@ -175,3 +175,36 @@ def test_the_forward_rule_keeps_span_where_it_measured_faster(dtype, mean_length
     calls.clear()
     pooling.partitioned_mean_forward(torch.empty(partitions * mean_length, width, dtype=dtype), offsets, short=True)
     assert calls == ["short"]  # forcing the short design still forces it
+
+
+@pytest.mark.parametrize(
+    ("partitions", "mean_length", "width", "backward_short"),
+    [
+        (64, 40, 16, True),  # narrow rows past SHORT_MEAN_LENGTH: the backward takes the short design
+        (64, 256, 8, True),
+        (64, 257, 16, False),  # past NARROW_MEAN_LENGTH
+        (64, 40, 17, False),  # wider than NARROW_WIDTH
+        (63, 40, 16, False),  # fewer than NARROW_MIN_PARTITIONS
+        (64, 32, 16, False),  # within SHORT_MEAN_LENGTH: the short rule itself decides, both passes
+    ],
+)
+def test_the_narrow_backward_rule_bounds(partitions, mean_length, width, backward_short):
+    assert pooling.narrow_backward_takes_short(partitions, partitions * mean_length, width) == backward_short
+
+
+def test_narrow_rows_take_the_short_backward_and_the_forward_keeps_its_rule(monkeypatch):
+    calls = []
+    for name in ("_short_forward", "_short_backward"):
+        original = getattr(pooling, name)
+        monkeypatch.setattr(pooling, name, lambda *a, _f=original, _n=name: calls.append(_n) or _f(*a))
+    generator = torch.Generator().manual_seed(0)
+    lengths = [0, 1, 67, 140] * 16  # 64 partitions, mean length 52: past SHORT_MEAN_LENGTH; one past the CAP
+    offsets = _offsets(lengths)
+    values = torch.randn(int(offsets[-1]), 5, generator=generator, requires_grad=True)
+    out = pooling.partitioned_mean(values, offsets)
+    grad = torch.randn(out.shape, generator=generator)
+    out.backward(grad)
+    assert calls == ["_short_backward"]
+    expected_out, expected_grad = _reference(values, offsets, grad)
+    torch.testing.assert_close(out.double(), expected_out)
+    torch.testing.assert_close(values.grad.double(), expected_grad)

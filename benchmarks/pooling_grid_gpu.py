@@ -158,8 +158,9 @@ GRID_VARIANTS = {
 
 def rule_takes_short(b: int, n: int, d: int, dtype: torch.dtype) -> tuple[bool, bool]:
     """(forward, backward): whether the rule takes the short design in each pass."""
-    forward = pooling.short_config(b, n, d, dtype, torch.device("cuda")) is not None
-    return forward, forward or pooling.narrow_backward_takes_short(b, n, d)
+    short = pooling.short_config(b, n, d, dtype, torch.device("cuda")) is not None
+    forward = short or pooling.narrow_rows_take_short(b, n, d, dtype, backward=False)
+    return forward, short or pooling.narrow_rows_take_short(b, n, d, dtype, backward=True)
 
 
 def grid_variants(b: int, n: int, length: int, d: int, dtype: torch.dtype) -> dict:

@@ -196,14 +196,19 @@ def _span_config(partitions, rows, width, values: torch.Tensor) -> dict | None:
     return _embedding_pool().span_config_for_plain_mean(partitions, rows, width, values.dtype, values.device)
 
 
+SPAN_MIN_VALUES = 256  # values a partition (L x D) from which the bf16 forward takes span
+
+
 def _span_forward_wins(partitions, rows, width, values: torch.Tensor) -> bool:
-    """Where the span forward (tensor-core sums over many partitions a program) beat the short design on the H200 grid
-    (twelfth session, benchmarks/pooling_grid_h200.md): bf16, at least 3 rows a partition and 512 values a partition
-    (L x D), with span's own bucket of many partitions; fp32 (emulated products) and L = 1 stayed with the short
-    design, and so does every backward."""
+    """Where the span forward (tensor-core sums over many partitions a program) beat the short design on the H200 grid:
+    bf16, at least 3 rows a partition and 256 values a partition (L x D), with span's own bucket of many partitions.
+    The twelfth session's run drew the line at 512; both its run and the fourteenth's (benchmarks/pooling_grid_h200.json)
+    have span ahead at L x D = 256 in all 4 cells of B >= 16,384 (0.55-0.73x of the short design's time: L 4 D 64,
+    L 16 D 16) and behind at 64 (L 4 D 16). fp32 (emulated products) and L = 1 stay with the short design, and so
+    does every backward."""
     if values.dtype != torch.bfloat16 or not all(isinstance(size, int) for size in (partitions, rows, width)):
         return False
-    return rows >= 3 * partitions and rows * width >= 512 * partitions
+    return rows >= 3 * partitions and rows * width >= SPAN_MIN_VALUES * partitions
 
 
 def partitioned_mean_forward(
@@ -223,7 +228,8 @@ def partitioned_mean_forward(
     b = offsets.shape[0] - 1
     if b == 0 or n == 0:  # no partition, or every partition empty: zeros, no launch
         return values.new_zeros(b, d)
-    block = short_config(b, n, d, values.dtype, values.device, force=bool(short)) if config is None else None
+    force = bool(short) or (short is None and narrow_rows_take_short(b, n, d, values.dtype, backward=False))
+    block = short_config(b, n, d, values.dtype, values.device, force=force) if config is None else None
     span = (
         _span_config(b, n, d, values)
         if config is None and short is None and _span_forward_wins(b, n, d, values)
@@ -260,7 +266,7 @@ def partitioned_mean_backward(
     b, d = grad_out.shape
     if b == 0 or rows == 0:
         return grad_out.new_zeros(rows, d)
-    force = bool(short) or (short is None and narrow_backward_takes_short(b, rows, d))
+    force = bool(short) or (short is None and narrow_rows_take_short(b, rows, d, grad_out.dtype, backward=True))
     block = short_config(b, rows, d, grad_out.dtype, grad_out.device, force=force) if config is None else None
     if block is not None and short is not False:
         return _short_backward(grad_out, offsets, rows, block)
@@ -292,11 +298,14 @@ NARROW_MEAN_LENGTH = 256  # ... up to this mean length (measured at 200)
 NARROW_MIN_PARTITIONS = 64  # ... from this many partitions (at B = 1 the tile kernel's backward was faster)
 
 
-def narrow_backward_takes_short(partitions, rows, width) -> bool:
+def narrow_rows_take_short(partitions, rows, width, dtype: torch.dtype, backward: bool) -> bool:
     """Narrow rows past the short mean length: on the H200 grid (fourteenth session, benchmarks/pooling_grid_h200.json)
     the short design's backward took 0.38-0.92x of the tile kernel's time in each of the 8 cells with D 16, mean length
-    200 and B 64 to 262,144 (fp32 and bf16), where a tile program holds only 16 columns; at D >= 64 it was not faster,
-    and its forward was not faster in bf16, so the forward keeps its rule."""
+    200 and B 64 to 262,144 (fp32 and bf16), where a tile program holds only 16 columns, and its fp32 forward
+    0.77-0.90x in the 4 fp32 ones. Its bf16 forward was mixed (0.63-1.15x; the tile kernel reads 16-bit values in
+    pairs, perhaps why), so a 16-bit forward keeps its rule; at D >= 64 neither pass was faster."""
+    if not backward and dtype != torch.float32:
+        return False
     if not all(isinstance(size, int) for size in (partitions, rows, width)):
         return False
     narrow = width <= NARROW_WIDTH and partitions >= NARROW_MIN_PARTITIONS

@@ -162,7 +162,7 @@ def run(
     inner = inner or ("inductor" if device == "cuda" else "aot_eager")
     chosen = [v for v in VARIANTS if only is None or v.label in only]
     results: dict[str, list[dict]] = {v.label: [] for v in chosen}
-    interleaved = None
+    interleaved, interrupted = None, False
     try:
         for round_index in range(rounds):
             shift = round_index % len(chosen)
@@ -180,8 +180,8 @@ def run(
             if on_result:
                 on_result("interleaved", rounds, interleaved)
     except KeyboardInterrupt:  # Ctrl-C or the caller's timeout: what finished is reported, not lost
-        return summarise(device, inner, steps, rounds, results, interleaved) | {"interrupted": True}
-    return summarise(device, inner, steps, rounds, results, interleaved) | {"interrupted": False}
+        interrupted = True
+    return summarise(device, inner, steps, rounds, results, interleaved) | {"interrupted": interrupted}
 
 
 def summarise(

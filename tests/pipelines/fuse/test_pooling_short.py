@@ -58,11 +58,18 @@ def test_the_entry_point_takes_the_rule_and_autograd_through_it(lengths):
     torch.testing.assert_close(values.grad.double(), expected_grad)
 
 
-def test_the_pass_op_routes_short_partitions_to_the_short_kernels_and_long_ones_to_the_tile_kernel(monkeypatch):
+@pytest.fixture
+def short_calls(monkeypatch):
+    """The names of the short kernels' entry points, in the order they ran (each still runs)."""
     calls = []
     for name in ("_short_forward", "_short_backward"):
         original = getattr(pooling, name)
         monkeypatch.setattr(pooling, name, lambda *a, _f=original, _n=name: calls.append(_n) or _f(*a))
+    return calls
+
+
+def test_the_pass_op_routes_short_partitions_to_the_short_kernels_and_long_ones_to_the_tile_kernel(short_calls):
+    calls = short_calls
     short = torch.randn(12, 4, requires_grad=True)
     pooling.partitioned_mean_op(short, _offsets([3, 0, 1, 8])).sum().backward()  # mean length 3
     assert calls == ["_short_forward", "_short_backward"]
@@ -203,11 +210,8 @@ def test_the_narrow_rows_rule_bounds(partitions, mean_length, width, backward_sh
     ("dtype", "designs"),
     [(torch.bfloat16, ["_short_backward"]), (torch.float32, ["_short_forward", "_short_backward"])],
 )
-def test_narrow_rows_take_the_short_backward_and_the_fp32_forward(dtype, designs, monkeypatch):
-    calls = []
-    for name in ("_short_forward", "_short_backward"):
-        original = getattr(pooling, name)
-        monkeypatch.setattr(pooling, name, lambda *a, _f=original, _n=name: calls.append(_n) or _f(*a))
+def test_narrow_rows_take_the_short_backward_and_the_fp32_forward(dtype, designs, short_calls):
+    calls = short_calls
     generator = torch.Generator().manual_seed(0)
     lengths = [0, 1, 67, 140] * 16  # 64 partitions, mean length 52: past SHORT_MEAN_LENGTH; one past the CAP
     offsets = _offsets(lengths)

@@ -73,3 +73,6 @@ for name in $STEPS; do
     esac
 done
 cat "$OUT/steps.txt"
+# the device returns at most 8 files: everything but the step list and the GPU line goes back as one archive
+(cd "$OUT" && tar czf ../fuse-results.tgz --exclude=steps.txt --exclude=gpu.txt . && find . -mindepth 1 \
+    ! -name steps.txt ! -name gpu.txt -delete && mv ../fuse-results.tgz results.tgz)

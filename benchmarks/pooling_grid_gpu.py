@@ -53,7 +53,13 @@ GRID_LENGTH = (1, 4, 16, 200, 2000)
 GRID_D = (16, 64, 128, 256, 1024)
 DEVICE = "cuda"  # the CPU test of the designs' correctness and a grid row sets "cpu" (the interpreter)
 BASELINES = ("segment_reduce", "index_add", "embedding_bag")
-DESIGNS = ("ours", "previous", "short")  # the rule; the launch before the short design; the short design forced
+DESIGNS = ("ours", "previous", "short", "flat")  # the rule; the launch before the short design; short, flat forced
+FORCED = {
+    "ours": (None, None),
+    "previous": ("previous", "previous"),
+    "short": ("short", "short"),
+    "flat": ("span", "flat"),
+}
 
 
 class Clock:
@@ -76,19 +82,19 @@ def batch(partitions: int, mean_length: int, vocab: int, seed: int = 0):
 
 
 class OurPool(torch.autograd.Function):
-    """Our partitioned mean without the entry point's checks (graph-capturable); `short` as in
-    pooling.partitioned_mean_forward (None: the rule, False: the previous launch, True: the short design)."""
+    """Our partitioned mean without the entry point's checks (graph-capturable); each pass's design as in
+    pooling.partitioned_mean_forward / _backward (None: the rule; "previous", "short", "span", "flat": forced)."""
 
     @staticmethod
-    def forward(ctx, values, offsets, short=None):
+    def forward(ctx, values, offsets, forward_design=None, backward_design=None):
         ctx.save_for_backward(offsets)
-        ctx.rows, ctx.short = values.shape[0], short
-        return pooling.partitioned_mean_forward(values, offsets, short=short)
+        ctx.rows, ctx.design = values.shape[0], backward_design
+        return pooling.partitioned_mean_forward(values, offsets, design=forward_design)
 
     @staticmethod
     def backward(ctx, grad_out):
         (offsets,) = ctx.saved_tensors
-        return pooling.partitioned_mean_backward(grad_out, offsets, ctx.rows, short=ctx.short), None, None
+        return pooling.partitioned_mean_backward(grad_out, offsets, ctx.rows, design=ctx.design), None, None, None
 
 
 def fused(table, ids, offsets, owner, counts):
@@ -127,11 +133,17 @@ def pool_ours(values, offsets, owner, counts, rows):
 
 
 def pool_previous(values, offsets, owner, counts, rows):
-    return OurPool.apply(values, offsets, False)
+    return OurPool.apply(values, offsets, "previous", "previous")
 
 
 def pool_short(values, offsets, owner, counts, rows):
-    return OurPool.apply(values, offsets, True)
+    return OurPool.apply(values, offsets, "short", "short")
+
+
+def pool_flat(values, offsets, owner, counts, rows):
+    """The span forward (fp32 in three bf16 products) and the flat backward, forced: rows in order, spans of
+    partitions a program, at any shape."""
+    return OurPool.apply(values, offsets, "span", "flat")
 
 
 def pool_segment_reduce(values, offsets, owner, counts, rows):
@@ -150,6 +162,7 @@ GRID_VARIANTS = {
     "ours": pool_ours,
     "previous": pool_previous,
     "short": pool_short,
+    "flat": pool_flat,
     "segment_reduce": pool_segment_reduce,
     "index_add": pool_index_add,
     "embedding_bag": pool_embedding_bag,
@@ -175,6 +188,8 @@ def grid_variants(b: int, n: int, length: int, d: int, dtype: torch.dtype) -> di
         variants["short"] = "same launch as ours"
     elif length > 200:
         variants["short"] = "not timed above mean length 200"
+    if length > 200:
+        variants["flat"] = "not timed above mean length 200"
     return variants
 
 
@@ -278,9 +293,9 @@ def short_correctness(clock: Clock) -> list[dict]:
             grad = torch.randn(b, d, device=DEVICE).to(dtype)
             ref.backward(grad.double())
             row = {"B": b, "mean_length": length, "D": d, "dtype": dtype_name, "long": long_one, "int32": int32}
-            for design, short in (("ours", None), ("previous", False), ("short", True)):
+            for design in DESIGNS:
                 leaf = values.clone().requires_grad_()
-                out = OurPool.apply(leaf, offsets, short)
+                out = OurPool.apply(leaf, offsets, *FORCED[design])
                 out.backward(grad)
                 tol = 1e-5 if dtype == torch.float32 else 2e-2
                 forward, backward = rel_err(out.detach(), ref.detach()), rel_err(leaf.grad, exact.grad)
@@ -749,7 +764,10 @@ def markdown(report: dict) -> str:
         lines.append(f"| {r['B']} | {r['mean_length']} | {r['D']} | {r['dtype']} | {cells} | {ratio} |")
     if report.get("short_correctness"):
         lines += ["", "## Correctness of the partitioned mean's designs (float64 reference, fwd / bwd rel. error)", ""]
-        lines += ["| B | L | D | dtype | long | int32 | " + " | ".join(DESIGNS) + " | ok |", "|---" * 10 + "|"]
+        lines += [
+            "| B | L | D | dtype | long | int32 | " + " | ".join(DESIGNS) + " | ok |",
+            "|---" * (len(DESIGNS) + 7) + "|",
+        ]
         for r in report["short_correctness"]:
             errs = " | ".join(f"{r[d]['forward_rel_err']:.1e} / {r[d]['backward_rel_err']:.1e}" for d in DESIGNS)
             lines.append(

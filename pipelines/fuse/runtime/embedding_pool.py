@@ -160,6 +160,16 @@ def _dot_in_fp32(dtype: torch.dtype) -> bool:
     return dtype == torch.float32 or (dtype == torch.bfloat16 and interpreter_active())
 
 
+FP32_SPLIT = True  # fp32 spans as three exact bf16 products (tensor cores) rather than IEEE ones (FMA); False: IEEE
+
+
+def _span_dot(dtype: torch.dtype) -> dict:
+    """The span forward's product flags: fp32 split into bf16 parts (`_split_dot`; widened again under the
+    interpreter), bf16 widened under the interpreter, 16-bit native otherwise."""
+    split = dtype == torch.float32 and FP32_SPLIT
+    return {"IEEE": _dot_in_fp32(dtype) and (not split or interpreter_active()), "SPLIT": split}
+
+
 def embedding_mean_forward(
     table: torch.Tensor, ids: torch.Tensor, offsets: torch.Tensor, config: dict | None = None
 ) -> torch.Tensor:
@@ -175,7 +185,7 @@ def embedding_mean_forward(
     args = (table, ids, offsets, out, partitions, width, table.stride(0))
     if config["kernel"] == "span":
         span = _kernels().embedding_mean_span_fwd_kernel
-        span[grid](*args, IEEE=_dot_in_fp32(table.dtype), GATHER=True, **_launch_args(config))
+        span[grid](*args, **_span_dot(table.dtype), GATHER=True, **_launch_args(config))
     else:
         _kernels().embedding_mean_loop_fwd_kernel[grid](*args, **_launch_args(config))
     return out
@@ -190,6 +200,19 @@ def span_config_for_plain_mean(partitions: int, rows: int, width: int, dtype, de
     return config if config["kernel"] == "span" else None
 
 
+def span_config_at(partitions: int, rows: int, width: int, dtype, device) -> dict:
+    """A span launch at any shape (the design forced): the bucket's own where it is a span one, else the rule's
+    span launch for this mean length (PARTS x mean length about SPAN_ROWS, 16-64 partitions)."""
+    config = launch_config(partitions, rows, width, dtype, device)
+    if config["kernel"] == "span":
+        return config
+    parts = min(64, max(16, _next_power_of_2(SPAN_ROWS / max(rows / max(partitions, 1), 1.0))))
+    config = {"kernel": "span", "PARTS": parts, "BLOCK_N": 64, "BLOCK_D": max(16, min(128, _next_power_of_2(width)))}
+    if device.type == "cuda":
+        config["num_warps"] = 4
+    return config
+
+
 def plain_mean_span_forward(values: torch.Tensor, offsets: torch.Tensor, config: dict) -> torch.Tensor:
     """The partitioned mean of values [N, D] (contiguous, N > 0) through the span kernel; offsets int64 within
     [0, N], never decreasing (rows outside them belong to no partition: a span reads only its partitions' rows)."""
@@ -197,7 +220,7 @@ def plain_mean_span_forward(values: torch.Tensor, offsets: torch.Tensor, config:
     out = values.new_empty(partitions, width)
     args = (values, values, offsets, out, partitions, width, width)  # ids unread with GATHER off
     _kernels().embedding_mean_span_fwd_kernel[_grid(config, partitions, width)](
-        *args, IEEE=_dot_in_fp32(values.dtype), GATHER=False, **_launch_args(config)
+        *args, **_span_dot(values.dtype), GATHER=False, **_launch_args(config)
     )
     return out
 
@@ -430,7 +453,7 @@ def launched_forward(table: torch.Tensor, ids: torch.Tensor, offsets: torch.Tens
     grid = _grid(config, partitions, width)
     if config["kernel"] == "span":
         span = wrap_triton(_kernels().embedding_mean_span_fwd_kernel)
-        span[grid](*args, IEEE=_dot_in_fp32(table.dtype), GATHER=True, **_launch_args(config))
+        span[grid](*args, **_span_dot(table.dtype), GATHER=True, **_launch_args(config))
     else:
         wrap_triton(_kernels().embedding_mean_loop_fwd_kernel)[grid](*args, **_launch_args(config))
     return out

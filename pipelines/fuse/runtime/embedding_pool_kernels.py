@@ -34,6 +34,30 @@ def _span_bounds(offsets_ptr, B, b0, PARTS: tl.constexpr):
 
 
 @triton.jit
+def _split_dot(owner, tile, acc, WIDEN: tl.constexpr):
+    """acc + owner @ tile for fp32 rows on the bf16 tensor cores: each row is the exact sum of three bf16 parts
+    (8 significand bits each, 24 in all), and a one-hot product of a bf16 part is exact, so the three products add
+    every row once in fp32, as IEEE products would, at tensor-core rather than FMA speed. WIDEN (the interpreter,
+    whose numpy dot has no bf16) multiplies the same parts in fp32."""
+    x = tile.to(tl.float32)
+    high = x.to(tl.bfloat16)
+    rest = x - high.to(tl.float32)
+    middle = rest.to(tl.bfloat16)
+    low = (rest - middle.to(tl.float32)).to(tl.bfloat16)
+    if WIDEN:
+        one = owner.to(tl.float32)
+        acc = tl.dot(one, high.to(tl.float32), acc, input_precision="ieee")
+        acc = tl.dot(one, middle.to(tl.float32), acc, input_precision="ieee")
+        acc = tl.dot(one, low.to(tl.float32), acc, input_precision="ieee")
+    else:
+        one = owner.to(tl.bfloat16)
+        acc = tl.dot(one, high, acc)
+        acc = tl.dot(one, middle, acc)
+        acc = tl.dot(one, low, acc)
+    return acc
+
+
+@triton.jit
 def embedding_mean_span_fwd_kernel(
     table_ptr,
     ids_ptr,
@@ -47,6 +71,7 @@ def embedding_mean_span_fwd_kernel(
     BLOCK_D: tl.constexpr,
     IEEE: tl.constexpr,
     GATHER: tl.constexpr,
+    SPLIT: tl.constexpr = False,
 ):
     b0 = tl.program_id(0).to(tl.int64) * PARTS
     cols = tl.program_id(1) * BLOCK_D + tl.arange(0, BLOCK_D)
@@ -67,7 +92,9 @@ def embedding_mean_span_fwd_kernel(
             other=0.0,
         )
         owner = (rows[None, :] >= starts[:, None]) & (rows[None, :] < ends[:, None])  # [PARTS, BLOCK_N]
-        if IEEE:
+        if SPLIT:
+            acc = _split_dot(owner, tile, acc, IEEE)
+        elif IEEE:
             acc = tl.dot(owner.to(tl.float32), tile.to(tl.float32), acc, input_precision="ieee")
         else:
             acc = tl.dot(owner.to(tile.dtype), tile, acc)

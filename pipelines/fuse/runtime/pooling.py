@@ -196,19 +196,46 @@ def _span_config(partitions, rows, width, values: torch.Tensor) -> dict | None:
     return _embedding_pool().span_config_for_plain_mean(partitions, rows, width, values.dtype, values.device)
 
 
-SPAN_MIN_VALUES = 256  # values a partition (L x D) from which the bf16 forward takes span
+SPAN_MIN_VALUES = 128  # values a partition (L x D) from which the bf16 forward takes span
+NARROW_SPAN_MIN_PARTITIONS = 16384  # narrow bf16 rows past the short mean length: span from this many partitions
 
 
 def _span_forward_wins(partitions, rows, width, values: torch.Tensor) -> bool:
-    """Where the span forward (tensor-core sums over many partitions a program) beat the short design on the H200 grid:
-    bf16, at least 3 rows a partition and 256 values a partition (L x D), with span's own bucket of many partitions.
-    The twelfth session's run drew the line at 512; both its run and the fourteenth's (benchmarks/pooling_grid_h200.json)
-    have span ahead at L x D = 256 in all 4 cells of B >= 16,384 (0.55-0.73x of the short design's time: L 4 D 64,
-    L 16 D 16) and behind at 64 (L 4 D 16). fp32 (emulated products) and L = 1 stay with the short design, and so
-    does every backward."""
+    """Where the span forward (tensor-core sums over many partitions a program) beat the short design on the H200
+    grids: bf16, at least 3 rows and 128 values (L x D) a partition, with span's own bucket of many short partitions.
+    Measured: span ahead at L x D = 256 in every cell of B >= 16,384 in three grids (the fifteenth session's: 0.60-0.73x
+    at L 16 D 16, L 4 D 64), behind at 64 (L 4 D 16); 128 is between, so that a mean length of 15.9 at D 16 (a grid
+    point's random lengths) is not sent back to the short design as 256 did. Also narrow rows (D <= NARROW_WIDTH) past
+    the short mean length, up to NARROW_MEAN_LENGTH, from NARROW_SPAN_MIN_PARTITIONS partitions: span forced there took
+    0.72x (262,144 L 200 D 16) and 0.98x (16,384) of the tile kernel's time, and 1.9-2.9x at B 64 and 1,024 (fifteenth
+    session, benchmarks/pooling_grid_h200.json). fp32 and L = 1 stay with the short design."""
     if values.dtype != torch.bfloat16 or not all(isinstance(size, int) for size in (partitions, rows, width)):
         return False
-    return rows >= 3 * partitions and rows * width >= SPAN_MIN_VALUES * partitions
+    if rows < 3 * partitions or rows * width < SPAN_MIN_VALUES * partitions:
+        return False
+    return rows <= SHORT_MEAN_LENGTH * partitions or _narrow_long(partitions, rows, width)
+
+
+def _narrow_long(partitions, rows, width) -> bool:
+    narrow = width <= NARROW_WIDTH and partitions >= NARROW_SPAN_MIN_PARTITIONS
+    return narrow and SHORT_MEAN_LENGTH * partitions < rows <= NARROW_MEAN_LENGTH * partitions
+
+
+def _span_forward_config(partitions, rows, width, values: torch.Tensor) -> dict | None:
+    if not _span_forward_wins(partitions, rows, width, values):
+        return None
+    if _narrow_long(partitions, rows, width):  # outside span's own buckets: its launch for this mean length
+        return _embedding_pool().span_config_at(partitions, rows, width, values.dtype, values.device)
+    return _span_config(partitions, rows, width, values)
+
+
+FORWARD_DESIGNS = ("short", "previous", "span")  # `design` forced in the forward; None: the rule's
+BACKWARD_DESIGNS = ("short", "previous", "flat")  # ... in the backward
+
+
+def _check_design(design: str | None, designs: tuple[str, ...]) -> None:
+    if design is not None and design not in designs:
+        raise ValueError(f"design must be one of {designs} or None (the rule), got {design!r}")
 
 
 def partitioned_mean_forward(
@@ -216,26 +243,26 @@ def partitioned_mean_forward(
     offsets: torch.Tensor,
     config: dict | None = None,
     counters: torch.Tensor | None = None,
-    short: bool | None = None,
+    design: str | None = None,
 ) -> torch.Tensor:
     """One launch; `counters` (int32, >= B * D-blocks, all zero; left zero) saves the clear when reused. `config`
-    forces the tile kernel with that launch; `short` True / False forces the short-partition design / the launch
-    as it was before it (span or tile); None lets `short_config` decide from the shape."""
+    forces the tile kernel with that launch; `design` forces one: "short" (the short-partition design), "previous"
+    (the launch as it was before it: span or tile), "span" (span at any shape); None lets the rule decide."""
     _check(values, offsets)
+    _check_design(design, FORWARD_DESIGNS)
     values = values.contiguous()
     offsets = _int_offsets(offsets)
     n, d = values.shape
     b = offsets.shape[0] - 1
     if b == 0 or n == 0:  # no partition, or every partition empty: zeros, no launch
         return values.new_zeros(b, d)
-    force = bool(short) or (short is None and narrow_rows_take_short(b, n, d, values.dtype, backward=False))
+    if design == "span" and config is None:
+        span = _embedding_pool().span_config_at(b, n, d, values.dtype, values.device)
+        return _embedding_pool().plain_mean_span_forward(values, offsets.to(torch.int64), span)
+    force = design == "short" or (design is None and narrow_rows_take_short(b, n, d, values.dtype, backward=False))
     block = short_config(b, n, d, values.dtype, values.device, force=force) if config is None else None
-    span = (
-        _span_config(b, n, d, values)
-        if config is None and short is None and _span_forward_wins(b, n, d, values)
-        else None
-    )
-    if block is not None and short is not False and span is None:  # short partitions: a block of them per program
+    span = _span_forward_config(b, n, d, values) if config is None and design is None else None
+    if block is not None and design != "previous" and span is None:  # short partitions: a block per program
         return _short_forward(values, offsets, block)
     offsets = offsets.to(torch.int64)
     span = span or (_span_config(b, n, d, values) if config is None else None)
@@ -257,18 +284,24 @@ def partitioned_mean_forward(
 
 
 def partitioned_mean_backward(
-    grad_out: torch.Tensor, offsets: torch.Tensor, rows: int, config: dict | None = None, short: bool | None = None
+    grad_out: torch.Tensor, offsets: torch.Tensor, rows: int, config: dict | None = None, design: str | None = None
 ):
     """grad_values [rows, D]: grad_out[b] / len(b) on partition b's rows, zero on rows outside the partitions;
-    `config` and `short` pick the design as in `partitioned_mean_forward`."""
+    `config` forces the tile kernel's launch, `design` one of BACKWARD_DESIGNS ("flat": rows in order, a span of
+    partitions a program), None the rule."""
+    _check_design(design, BACKWARD_DESIGNS)
     grad_out = grad_out.contiguous()
     offsets = _int_offsets(offsets)
     b, d = grad_out.shape
     if b == 0 or rows == 0:
         return grad_out.new_zeros(rows, d)
-    force = bool(short) or (short is None and narrow_rows_take_short(b, rows, d, grad_out.dtype, backward=True))
+    if design == "flat" and config is None:
+        return _flat_backward(grad_out, offsets, rows, flat_config(b, rows, d, grad_out.dtype, grad_out.device))
+    if design is None and config is None and flat_backward_wins(b, rows, d, grad_out.dtype):
+        return _flat_backward(grad_out, offsets, rows, flat_config(b, rows, d, grad_out.dtype, grad_out.device))
+    force = design == "short" or (design is None and narrow_rows_take_short(b, rows, d, grad_out.dtype, backward=True))
     block = short_config(b, rows, d, grad_out.dtype, grad_out.device, force=force) if config is None else None
-    if block is not None and short is not False:
+    if block is not None and design != "previous":
         return _short_backward(grad_out, offsets, rows, block)
     offsets = offsets.to(torch.int64)
     cfg = dict(config or launch_config(rows, d, grad_out.device, grad_out.dtype, backward=True))
@@ -278,6 +311,58 @@ def partitioned_mean_backward(
     _kernels().partitioned_mean_bwd_kernel[grid](
         grad_out, offsets, grad_values, b, rows, d, rows_per_program, LOG_B=_log_b(b), **cfg
     )
+    return grad_values
+
+
+# --- the flat backward (pooling_flat_kernels.py): a span of PARTS partitions a program, its rows walked in order
+
+FLAT_SPAN_ROWS = 512  # rows a program aims to own (PARTS x mean length)
+FLAT_TILE_VALUES = 2048  # values a step stores (BLOCK_N x BLOCK_D): 8 a thread on 4 warps
+FLAT_MAX_PARTS = 64  # the row-to-partition comparison is [BLOCK_N, PARTS]
+
+
+def flat_config(partitions: int, rows: int, width: int, dtype: torch.dtype, device: torch.device) -> dict:
+    """The flat backward's launch from the shape: PARTS (a power of two, 2-64) so a program owns about
+    FLAT_SPAN_ROWS rows, halved until the launch has SHORT_MIN_PROGRAMS programs on a GPU; BLOCK_N rows of
+    BLOCK_D columns a step, FLAT_TILE_VALUES values in all."""
+    mean_length = max(rows / max(partitions, 1), 1.0)
+    block_d = min(256, triton_next_power_of_2(width))
+    parts = max(2, min(FLAT_MAX_PARTS, triton_next_power_of_2(math.ceil(FLAT_SPAN_ROWS / mean_length))))
+    column_blocks = _cdiv(width, block_d)
+    if device.type == "cuda":
+        while parts > 2 and _cdiv(partitions, parts) * column_blocks < SHORT_MIN_PROGRAMS:
+            parts //= 2
+    block_n = max(16, FLAT_TILE_VALUES // block_d)
+    config = {"PARTS": parts, "BLOCK_N": block_n, "BLOCK_D": block_d, "TAIL_N": block_n}
+    if device.type == "cuda":
+        config["num_warps"] = 4
+    return config
+
+
+def flat_backward_wins(partitions, rows, width, dtype: torch.dtype) -> bool:
+    """Where the flat backward beat the rule's design on the H200 grid (fifteenth session, every cell up to mean
+    length 200 timed both ways): 0.39-0.70x at 16-bit, B >= 16,384, L 4-16, D 64-1,024; 0.8-0.9x at D 16 from L 16.
+    Judged on its GPU launch (whatever this host): at least SHORT_MIN_PROGRAMS programs over the partitions (B <=
+    1,024: 1.1-3.3x slower, a long partition's rows in one program), at most BLOCK_D partitions a program (the
+    row-to-partition comparison costs PARTS / BLOCK_D a value: 2.2-2.5x slower at D 16 with 64), at least half a row
+    tile a program (8 rows a program at L 1 with 128-row tiles: 2.1-2.6x slower), fp32 only up to D 64 (0.84-1.09x
+    above it), mean length up to NARROW_MEAN_LENGTH (measured to 200)."""
+    if not all(isinstance(size, int) for size in (partitions, rows, width)) or partitions == 0:
+        return False
+    if rows > NARROW_MEAN_LENGTH * partitions or (dtype == torch.float32 and width > 64):
+        return False
+    config = flat_config(partitions, rows, width, dtype, torch.device("cuda"))
+    enough = _cdiv(partitions, config["PARTS"]) >= SHORT_MIN_PROGRAMS and config["PARTS"] <= config["BLOCK_D"]
+    return enough and 2 * config["PARTS"] * rows >= config["BLOCK_N"] * partitions
+
+
+def _flat_backward(grad_out: torch.Tensor, offsets: torch.Tensor, rows: int, config: dict) -> torch.Tensor:
+    from . import pooling_flat_kernels
+
+    b, d = grad_out.shape
+    grad_values = grad_out.new_empty(rows, d)
+    grid = (_cdiv(b, config["PARTS"]), _cdiv(d, config["BLOCK_D"]))
+    pooling_flat_kernels.flat_mean_bwd_kernel[grid](grad_out, offsets, grad_values, b, rows, d, **config)
     return grad_values
 
 

@@ -163,5 +163,5 @@ def test_many_short_partitions_of_the_plain_partitioned_mean_take_the_span_kerne
         torch.arange(values.shape[0]), values.double(), offsets, mode="mean", include_last_offset=True
     )
     tol = 1e-6 if dtype == torch.float32 else 1e-2
-    previous = pooling.partitioned_mean_forward(values, offsets, short=False)
+    previous = pooling.partitioned_mean_forward(values, offsets, design="previous")
     torch.testing.assert_close(previous.double(), expected, rtol=tol, atol=tol)

@@ -80,19 +80,19 @@ def test_the_pass_op_routes_short_partitions_to_the_short_kernels_and_long_ones_
     torch.testing.assert_close(out, long.detach().mean(0, keepdim=True))
 
 
-@pytest.mark.parametrize("short", [True, False])
-def test_both_designs_can_be_forced_whatever_the_shape(short, monkeypatch):
+@pytest.mark.parametrize("design", ["short", "previous"])
+def test_both_designs_can_be_forced_whatever_the_shape(design, monkeypatch):
     calls = []
     original = pooling._short_forward
     monkeypatch.setattr(pooling, "_short_forward", lambda *a: calls.append(1) or original(*a))
     offsets = _offsets([40, 0, 1])  # mean length 13.7: the rule's short design; 40 rows: the tail loop
     values = torch.randn(41, 6)
-    out = pooling.partitioned_mean_forward(values, offsets, short=short)
-    assert bool(calls) == short
+    out = pooling.partitioned_mean_forward(values, offsets, design=design)
+    assert bool(calls) == (design == "short")
     grad = torch.randn(3, 6)
     expected_out, expected_grad = _reference(values, offsets, grad)
     torch.testing.assert_close(out.double(), expected_out)
-    grad_values = pooling.partitioned_mean_backward(grad, offsets, 41, short=short)
+    grad_values = pooling.partitioned_mean_backward(grad, offsets, 41, design=design)
     torch.testing.assert_close(grad_values.double(), expected_grad)
 
 
@@ -151,7 +151,7 @@ def test_the_gpu_scripts_design_check_and_grid_row_run_on_the_interpreter(monkey
     # a skew cell: one partition past SHORT_CAP; every variant timed computes the same mean
     row = grid.grid_row(6, 2, 12, "bf16", "skew", ceiling_gbs=1.0, long_rows=pooling.SHORT_CAP + 40)
     assert row["long_rows"] == pooling.SHORT_CAP + 40 and row["short"] == "same launch as ours"
-    assert len(timed) == 5 and all(out.shape == (6, 12) for out in timed)
+    assert len(timed) == 6 and all(out.shape == (6, 12) for out in timed)  # ours, previous, flat, 3 baselines
     for out in timed[1:]:
         torch.testing.assert_close(out.float(), timed[0].float(), rtol=2e-2, atol=2e-2)
     assert "| 6 | 2 | 12 | bf16 | 168 |" in grid.markdown({"device": "cpu", "torch": "", "triton": "", "skew": [row]})
@@ -160,12 +160,13 @@ def test_the_gpu_scripts_design_check_and_grid_row_run_on_the_interpreter(monkey
 @pytest.mark.parametrize(
     ("dtype", "mean_length", "width", "design"),
     [
-        (torch.bfloat16, 4, 128, "span"),  # the H200 grids: tensor-core span forward ahead from L x D = 256
+        (torch.bfloat16, 4, 128, "span"),  # the H200 grids: tensor-core span forward ahead at L x D = 256
         (torch.bfloat16, 16, 64, "span"),
         (torch.bfloat16, 4, 64, "span"),  # L x D = 256
         (torch.bfloat16, 16, 16, "span"),
         (torch.bfloat16, 4, 16, "short"),  # L x D = 64: the short design ahead
-        (torch.bfloat16, 8, 16, "short"),  # 128: not measured, left to the short design
+        (torch.bfloat16, 8, 16, "span"),  # 128: between the two, where the threshold sits
+        (torch.bfloat16, 2, 128, "short"),  # fewer than 3 rows a partition
         (torch.bfloat16, 1, 1024, "short"),  # one row a partition: nothing for span's products to sum
         (torch.float32, 16, 256, "short"),  # fp32 products are emulated: the short design ahead everywhere
     ],
@@ -183,7 +184,7 @@ def test_the_forward_rule_keeps_span_where_it_measured_faster(dtype, mean_length
     pooling.partitioned_mean_forward(torch.empty(partitions * mean_length, width, dtype=dtype), offsets)
     assert calls == [design]
     calls.clear()
-    pooling.partitioned_mean_forward(torch.empty(partitions * mean_length, width, dtype=dtype), offsets, short=True)
+    pooling.partitioned_mean_forward(torch.empty(partitions * mean_length, width, dtype=dtype), offsets, design="short")
     assert calls == ["short"]  # forcing the short design still forces it
 
 

@@ -15,6 +15,7 @@ from __future__ import annotations
 import triton
 import triton.language as tl
 
+from .embedding_pool_kernels import _span_bounds
 from .pooling_short_kernels import _zero_rows
 
 
@@ -34,10 +35,8 @@ def flat_mean_bwd_kernel(
     b0 = tl.program_id(0).to(tl.int64) * PARTS
     cols = tl.program_id(1) * BLOCK_D + tl.arange(0, BLOCK_D)
     col_mask = cols < D
-    parts = b0 + tl.arange(0, PARTS)
-    span_lo = tl.load(offsets_ptr + tl.minimum(b0, B)).to(tl.int64)
-    span_hi = tl.load(offsets_ptr + tl.minimum(b0 + PARTS, B)).to(tl.int64)
-    ends = (tl.load(offsets_ptr + tl.minimum(parts + 1, B)).to(tl.int64) - span_lo).to(tl.int32)  # span-relative
+    _, _, ends, span_lo, span_hi = _span_bounds(offsets_ptr, B, b0, PARTS)
+    ends = (ends - span_lo).to(tl.int32)  # span-relative
     rows0 = tl.arange(0, BLOCK_N)
     for r in range(span_lo, span_hi, BLOCK_N):
         rows = r + rows0

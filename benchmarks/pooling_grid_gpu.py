@@ -132,18 +132,10 @@ def pool_ours(values, offsets, owner, counts, rows):
     return OurPool.apply(values, offsets)
 
 
-def pool_previous(values, offsets, owner, counts, rows):
-    return OurPool.apply(values, offsets, "previous", "previous")
-
-
-def pool_short(values, offsets, owner, counts, rows):
-    return OurPool.apply(values, offsets, "short", "short")
-
-
-def pool_flat(values, offsets, owner, counts, rows):
-    """The span forward (fp32 in three bf16 products) and the flat backward, forced: rows in order, spans of
-    partitions a program, at any shape."""
-    return OurPool.apply(values, offsets, "span", "flat")
+def pool_forced(design: str):
+    """Our partitioned mean with each pass's design forced as FORCED names it ("flat": the span forward, fp32 in
+    three bf16 products, and the flat backward, at any shape)."""
+    return lambda values, offsets, owner, counts, rows: OurPool.apply(values, offsets, *FORCED[design])
 
 
 def pool_segment_reduce(values, offsets, owner, counts, rows):
@@ -160,9 +152,7 @@ def pool_embedding_bag(values, offsets, owner, counts, rows):
 
 GRID_VARIANTS = {
     "ours": pool_ours,
-    "previous": pool_previous,
-    "short": pool_short,
-    "flat": pool_flat,
+    **{design: pool_forced(design) for design in DESIGNS[1:]},
     "segment_reduce": pool_segment_reduce,
     "index_add": pool_index_add,
     "embedding_bag": pool_embedding_bag,

@@ -78,11 +78,18 @@ def rule_config(bucket: str) -> dict:
     typical_length = {"L2": 1.5, "L8": 6, "L32": 24, "L256": 160, "Llong": 1024}[length_class]
     width = {"D64": 64, "D128": 128, "D256": 256, "Dwide": 1024}[width_class]
     if typical_length <= SHORT_MEAN_LENGTH:
-        parts = min(64, max(16, _next_power_of_2(SPAN_ROWS / typical_length)))
-        parts = 16 if b_class == "Bfew" else parts
-        return {"kernel": "span", "PARTS": parts, "BLOCK_N": 64, "BLOCK_D": min(128, width), "num_warps": 4}
+        return _span_rule(16 if b_class == "Bfew" else _span_parts(typical_length), width)
     block_n = 32 if dtype_class == "fp32" else 64
     return {"kernel": "loop", "BLOCK_N": block_n, "BLOCK_D": min(256, width), "num_warps": 4}
+
+
+def _span_parts(mean_length: float) -> int:
+    """Partitions a span program owns: PARTS x mean length about SPAN_ROWS, 16-64."""
+    return min(64, max(16, _next_power_of_2(SPAN_ROWS / max(mean_length, 1.0))))
+
+
+def _span_rule(parts: int, width: int) -> dict:
+    return {"kernel": "span", "PARTS": parts, "BLOCK_N": 64, "BLOCK_D": min(128, width), "num_warps": 4}
 
 
 def every_bucket() -> list[str]:
@@ -109,7 +116,12 @@ def launch_config(partitions: int, rows: int, width: int, dtype: torch.dtype, de
     """The bucket's launch; BLOCK_D fitted to D (at least 16, the tensor-core tile's least side)."""
     if not _LAUNCH:
         _LAUNCH.update(load_launch_table())
-    config = dict(_LAUNCH[launch_bucket(partitions, rows, width, dtype)])
+    return _fitted(_LAUNCH[launch_bucket(partitions, rows, width, dtype)], width, device)
+
+
+def _fitted(config: dict, width: int, device: torch.device) -> dict:
+    """A launch fitted to D (BLOCK_D at least 16, the tensor-core tile's least side) and the device."""
+    config = dict(config)
     config["BLOCK_D"] = max(16, min(config["BLOCK_D"], _next_power_of_2(width)))
     if device.type != "cuda":
         config.pop("num_warps", None)
@@ -160,14 +172,10 @@ def _dot_in_fp32(dtype: torch.dtype) -> bool:
     return dtype == torch.float32 or (dtype == torch.bfloat16 and interpreter_active())
 
 
-FP32_SPLIT = True  # fp32 spans as three exact bf16 products (tensor cores) rather than IEEE ones (FMA); False: IEEE
-
-
 def _span_dot(dtype: torch.dtype) -> dict:
-    """The span forward's product flags: fp32 split into bf16 parts (`_split_dot`; widened again under the
-    interpreter), bf16 widened under the interpreter, 16-bit native otherwise."""
-    split = dtype == torch.float32 and FP32_SPLIT
-    return {"IEEE": _dot_in_fp32(dtype) and (not split or interpreter_active()), "SPLIT": split}
+    """The span forward's product flags: fp32 split into three bf16 parts (`_split_dot`), widened to IEEE fp32
+    products under the interpreter as bf16 is (its numpy dot has no bf16); 16-bit native otherwise."""
+    return {"IEEE": _dot_in_fp32(dtype) and interpreter_active(), "SPLIT": dtype == torch.float32}
 
 
 def embedding_mean_forward(
@@ -202,15 +210,11 @@ def span_config_for_plain_mean(partitions: int, rows: int, width: int, dtype, de
 
 def span_config_at(partitions: int, rows: int, width: int, dtype, device) -> dict:
     """A span launch at any shape (the design forced): the bucket's own where it is a span one, else the rule's
-    span launch for this mean length (PARTS x mean length about SPAN_ROWS, 16-64 partitions)."""
+    span launch for this mean length."""
     config = launch_config(partitions, rows, width, dtype, device)
     if config["kernel"] == "span":
         return config
-    parts = min(64, max(16, _next_power_of_2(SPAN_ROWS / max(rows / max(partitions, 1), 1.0))))
-    config = {"kernel": "span", "PARTS": parts, "BLOCK_N": 64, "BLOCK_D": max(16, min(128, _next_power_of_2(width)))}
-    if device.type == "cuda":
-        config["num_warps"] = 4
-    return config
+    return _fitted(_span_rule(_span_parts(rows / max(partitions, 1)), _next_power_of_2(width)), width, device)
 
 
 def plain_mean_span_forward(values: torch.Tensor, offsets: torch.Tensor, config: dict) -> torch.Tensor:

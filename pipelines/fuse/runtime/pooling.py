@@ -295,9 +295,8 @@ def partitioned_mean_backward(
     b, d = grad_out.shape
     if b == 0 or rows == 0:
         return grad_out.new_zeros(rows, d)
-    if design == "flat" and config is None:
-        return _flat_backward(grad_out, offsets, rows, flat_config(b, rows, d, grad_out.dtype, grad_out.device))
-    if design is None and config is None and flat_backward_wins(b, rows, d, grad_out.dtype):
+    flat = design == "flat" or (design is None and flat_backward_wins(b, rows, d, grad_out.dtype))
+    if flat and config is None:
         return _flat_backward(grad_out, offsets, rows, flat_config(b, rows, d, grad_out.dtype, grad_out.device))
     force = design == "short" or (design is None and narrow_rows_take_short(b, rows, d, grad_out.dtype, backward=True))
     block = short_config(b, rows, d, grad_out.dtype, grad_out.device, force=force) if config is None else None

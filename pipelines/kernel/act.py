@@ -69,6 +69,11 @@ def context(u: Understanding) -> dict:
     ref = u.reference
     input_grads = [i for i in u.inputs if i.grad_arg in u.backward.stores]
     cached = [f"{var}_rows" for var in u.backward.cached]  # fp32 row statistics, saved for the backward
+    # columns are independent in a backward that reduces nothing along a row: its grid may split them
+    backward = u.backward
+    column_split = (
+        tier2 and bool(grads or backward.totals) and not (backward.row_reductions or backward.uses_n_cols or cached)
+    )
     inputs = [i.arg for i in u.inputs]
     fixed = u.dropin.functional.fixed if u.dropin and u.dropin.functional else []
     return {
@@ -113,6 +118,7 @@ def context(u: Understanding) -> dict:
         "saved_unpack": _saved_unpack([*inputs, *weights, *cached]),
         "saved_args": ", ".join([*inputs, *weights, *cached]),
         "cached_rows": cached,
+        "column_split": column_split,
         "backward_results": ", ".join([*(i.grad_arg for i in u.inputs), *[f"d{w}" for w in weights]]),
         "module_inputs": u.reference.inputs,
         "dropin": u.dropin,

@@ -229,7 +229,7 @@ def _span_forward_config(partitions, rows, width, values: torch.Tensor) -> dict 
     return _span_config(partitions, rows, width, values)
 
 
-FORWARD_DESIGNS = ("short", "previous", "span")  # `design` forced in the forward; None: the rule's
+FORWARD_DESIGNS = ("short", "previous", "span", "narrow")  # `design` forced in the forward; None: the rule's
 BACKWARD_DESIGNS = ("short", "previous", "flat")  # ... in the backward
 
 
@@ -247,7 +247,8 @@ def partitioned_mean_forward(
 ) -> torch.Tensor:
     """One launch; `counters` (int32, >= B * D-blocks, all zero; left zero) saves the clear when reused. `config`
     forces the tile kernel with that launch; `design` forces one: "short" (the short-partition design), "previous"
-    (the launch as it was before it: span or tile), "span" (span at any shape); None lets the rule decide."""
+    (the launch as it was before it: span or tile), "span" (span at any shape), "narrow" (runs of partitions a lane,
+    pooling_narrow_kernels.py, at any shape); None lets the rule decide."""
     _check(values, offsets)
     _check_design(design, FORWARD_DESIGNS)
     values = values.contiguous()
@@ -256,6 +257,8 @@ def partitioned_mean_forward(
     b = offsets.shape[0] - 1
     if b == 0 or n == 0:  # no partition, or every partition empty: zeros, no launch
         return values.new_zeros(b, d)
+    if design == "narrow" and config is None:
+        return _narrow_forward(values, offsets, narrow_config(b, n, d, values.dtype, values.device))
     if design == "span" and config is None:
         span = _embedding_pool().span_config_at(b, n, d, values.dtype, values.device)
         return _embedding_pool().plain_mean_span_forward(values, offsets.to(torch.int64), span)
@@ -427,6 +430,33 @@ def short_config(partitions, rows, width, dtype: torch.dtype, device: torch.devi
     return config
 
 
+# --- the narrow forward (pooling_narrow_kernels.py): a lane walks the rows of K consecutive partitions in order
+
+NARROW_LANE_VALUES = 512  # (lane row, column) lanes a program holds: LANES x BLOCK_D, 16 bytes a thread
+NARROW_RUN_ROWS = 64  # rows a lane row aims to walk: K partitions of the mean length, K up to NARROW_MAX_K
+NARROW_MAX_K = 4  # the kernel holds K accumulators a lane (K is 1, 2 or 4)
+NARROW_MAX_BLOCK_D = 64  # columns a program; wider rows split over column blocks
+NARROW_UNROLL = 4  # rows of each lane row a step loads (4 independent 16-byte loads a thread in flight)
+
+
+def narrow_config(partitions: int, rows: int, width: int, dtype: torch.dtype, device: torch.device) -> dict:
+    """The narrow forward's launch from the shape: K (1, 2 or 4) partitions a lane row so that a run is about
+    NARROW_RUN_ROWS rows, LANES lane rows of BLOCK_D columns (NARROW_LANE_VALUES lanes), LANES halved until the launch
+    has SHORT_MIN_PROGRAMS programs on a GPU, num_warps for 16 bytes a thread."""
+    mean_length = max(rows / max(partitions, 1), 1.0)
+    block_d = min(NARROW_MAX_BLOCK_D, triton_next_power_of_2(width))
+    k = max(1, min(NARROW_MAX_K, triton_next_power_of_2(math.ceil(NARROW_RUN_ROWS / mean_length))))
+    lanes = max(1, NARROW_LANE_VALUES // block_d)
+    column_blocks = _cdiv(width, block_d)
+    if device.type == "cuda":  # the interpreter prefers few, large programs
+        while lanes > 1 and _cdiv(partitions, lanes * k) * column_blocks < SHORT_MIN_PROGRAMS:
+            lanes //= 2
+    config = {"LANES": lanes, "K": k, "BLOCK_D": block_d, "UNROLL": NARROW_UNROLL}
+    if device.type == "cuda":
+        config["num_warps"] = max(1, min(8, lanes * block_d * dtype.itemsize // (16 * 32)))
+    return config
+
+
 def _int_offsets(offsets: torch.Tensor) -> torch.Tensor:
     """int32 and int64 offsets as they are (the short kernels read either); other integer dtypes as int64."""
     offsets = offsets if offsets.dtype in (torch.int32, torch.int64) else offsets.to(torch.int64)
@@ -447,6 +477,16 @@ def _short_forward(values: torch.Tensor, offsets: torch.Tensor, config: dict) ->
     b, d = offsets.shape[0] - 1, values.shape[1]
     out = values.new_empty(b, d)
     _short_kernels().short_mean_fwd_kernel[_short_grid(config, b, d)](values, offsets, out, b, d, **config)
+    return out
+
+
+def _narrow_forward(values: torch.Tensor, offsets: torch.Tensor, config: dict) -> torch.Tensor:
+    from . import pooling_narrow_kernels
+
+    b, d = offsets.shape[0] - 1, values.shape[1]
+    out = values.new_empty(b, d)
+    grid = (_cdiv(b, config["LANES"] * config["K"]), _cdiv(d, config["BLOCK_D"]))
+    pooling_narrow_kernels.narrow_mean_fwd_kernel[grid](values, offsets, out, b, d, **config)
     return out
 
 

@@ -1,0 +1,114 @@
+"""The narrow forward (interpreter) against float64, forced by name, and its launch from the shape."""
+
+import pytest
+import torch
+
+from pipelines.fuse.runtime import pooling
+from pipelines.fuse.runtime import pooling_narrow_kernels
+
+# empty partitions (runs of them too), lengths 0 / 1, one long partition (41 rows: the loop's longest run, not a
+# multiple of UNROLL), B = 17: not a multiple of LANES x K, so the last program has lane rows and partitions past B
+LENGTHS = [3, 0, 1, 0, 2, 41, 1, 1, 4, 0, 0, 0, 5, 1, 2, 9, 3]
+CUDA = torch.device("cuda")  # only its type is read
+
+
+def _offsets(lengths, start=0, dtype=torch.int64):
+    return (torch.tensor([0, *lengths]).cumsum(0) + start).to(dtype)
+
+
+def _reference(values, offsets):
+    bounds = offsets.tolist()
+    return torch.stack(
+        [values[s:e].double().sum(0) / max(e - s, 1) for s, e in zip(bounds[:-1], bounds[1:], strict=True)]
+    )
+
+
+def _config(k):  # D = 13: two column blocks of 8, the second half masked
+    return {"LANES": 2, "K": k, "BLOCK_D": 8, "UNROLL": 2}
+
+
+@pytest.mark.parametrize("k", [1, 2, 4])
+@pytest.mark.parametrize("offsets_dtype", [torch.int64, torch.int32])
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16, torch.float16])
+def test_the_narrow_forward_matches_float64_and_never_reads_rows_outside_the_partitions(dtype, offsets_dtype, k):
+    generator = torch.Generator().manual_seed(11)
+    offsets = _offsets(LENGTHS, start=2, dtype=offsets_dtype)  # rows 0-1 and the last 3 belong to no partition
+    values = torch.randn(int(offsets[-1]) + 3, 13, generator=generator).to(dtype)
+    values[:2] = values[-3:] = float("nan")  # read by mistake, they would poison a mean
+    out = pooling._narrow_forward(values, offsets, _config(k))
+    assert out.dtype == dtype and out.shape == (len(LENGTHS), 13)
+    tolerance = {"rtol": 1e-6, "atol": 1e-6} if dtype == torch.float32 else {"rtol": 1e-2, "atol": 1e-2}
+    torch.testing.assert_close(out.double(), _reference(values, offsets), **tolerance)
+    empty = torch.tensor(LENGTHS) == 0
+    assert not out[empty].any()  # the mean of no rows: zeros, as the other designs give
+
+
+@pytest.mark.parametrize("k", [1, 2, 4])
+def test_the_narrow_forward_adds_each_partition_as_the_short_design_does(k):
+    # fp32, rows in the same order, one fp32 division: the same bits (CAP past the longest partition: no tail loop)
+    generator = torch.Generator().manual_seed(12)
+    offsets = _offsets(LENGTHS)
+    values = torch.randn(int(offsets[-1]), 13, generator=generator)
+    short = pooling._short_forward(values, offsets, {"PARTS": 4, "BLOCK_D": 8, "UNROLL": 2, "CAP": 64, "TAIL_N": 4})
+    assert torch.equal(pooling._narrow_forward(values, offsets, _config(k)), short)
+
+
+@pytest.fixture
+def narrow_calls(monkeypatch):
+    calls = []
+    original = pooling._narrow_forward
+    monkeypatch.setattr(pooling, "_narrow_forward", lambda *a: calls.append(a[-1]) or original(*a))
+    return calls
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
+def test_design_narrow_is_forced_by_name_at_any_shape(dtype, narrow_calls):
+    generator = torch.Generator().manual_seed(13)
+    for lengths in (LENGTHS, [300, 0, 2], [0, 0, 5, 0]):  # short, long (past SHORT_MEAN_LENGTH), mostly empty
+        offsets = _offsets(lengths, dtype=torch.int32)
+        values = torch.randn(int(offsets[-1]), 20, generator=generator).to(dtype)
+        out = pooling.partitioned_mean_forward(values, offsets, design="narrow")
+        tolerance = {} if dtype == torch.float32 else {"rtol": 1e-2, "atol": 1e-2}
+        torch.testing.assert_close(out.double(), _reference(values, offsets), **tolerance)
+    n = int(_offsets(LENGTHS)[-1])
+    assert narrow_calls[0] == pooling.narrow_config(len(LENGTHS), n, 20, dtype, torch.device("cpu"))
+    assert [config["K"] for config in narrow_calls] == [4, 1, 4]  # mean length 4.3, 100.7, 1.25
+    assert pooling.partitioned_mean_forward(torch.randn(0, 4), _offsets([0, 0]), design="narrow").eq(0).all()
+
+
+def test_the_rule_does_not_take_the_narrow_design_yet(narrow_calls):
+    for lengths in (LENGTHS, [40] * 70):
+        offsets = _offsets(lengths)
+        pooling.partitioned_mean_forward(torch.randn(int(offsets[-1]), 16), offsets)
+    assert narrow_calls == []
+
+
+def test_unknown_designs_are_refused_and_narrow_is_a_forward_design_only():
+    offsets = _offsets([2, 1])
+    with pytest.raises(ValueError, match="'narrower'"):
+        pooling.partitioned_mean_forward(torch.randn(3, 4), offsets, design="narrower")
+    with pytest.raises(ValueError, match="'narrow'"):
+        pooling.partitioned_mean_backward(torch.randn(2, 4), offsets, 3, design="narrow")
+
+
+@pytest.mark.parametrize(
+    ("partitions", "mean_length", "width", "dtype", "lanes", "k", "block_d", "warps"),
+    [
+        (262144, 16, 16, torch.float32, 32, 4, 16, 4),  # 32 lane rows of 4 partitions, 16 bytes a thread
+        (262144, 16, 16, torch.bfloat16, 32, 4, 16, 2),
+        (262144, 16, 64, torch.float32, 8, 4, 64, 4),
+        (262144, 32, 16, torch.float32, 32, 2, 16, 4),  # runs of about 64 rows
+        (262144, 200, 16, torch.float32, 32, 1, 16, 4),
+        (16384, 16, 16, torch.float32, 2, 4, 16, 1),  # halved until 2,048 programs
+        (64, 4, 1024, torch.float32, 1, 4, 64, 1),  # wide rows: 16 column blocks
+    ],
+)
+def test_the_narrow_launch_follows_the_shape(partitions, mean_length, width, dtype, lanes, k, block_d, warps):
+    config = pooling.narrow_config(partitions, partitions * mean_length, width, dtype, CUDA)
+    assert config == {"LANES": lanes, "K": k, "BLOCK_D": block_d, "UNROLL": pooling.NARROW_UNROLL, "num_warps": warps}
+
+
+def test_cuda_narrow_launch_names_every_kernel_argument():
+    # inside a graph the launch names every constexpr: a missing one fails only on a GPU
+    config = pooling.narrow_config(262144, 16 * 262144, 16, torch.float32, CUDA)
+    assert set(pooling_narrow_kernels.narrow_mean_fwd_kernel.arg_names[5:]) == set(config) - {"num_warps"}

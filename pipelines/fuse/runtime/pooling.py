@@ -198,6 +198,9 @@ def _span_config(partitions, rows, width, values: torch.Tensor) -> dict | None:
 
 SPAN_MIN_VALUES = 128  # values a partition (L x D) from which the bf16 forward takes span
 NARROW_SPAN_MIN_PARTITIONS = 16384  # narrow bf16 rows past the short mean length: span from this many partitions
+FP32_SPAN_MAX_WIDTH = 64  # fp32 rows wider than NARROW_WIDTH, up to this, take span ...
+FP32_SPAN_MIN_MEAN_LENGTH = 8  # ... from this mean length up to SHORT_MEAN_LENGTH ...
+FP32_SPAN_MIN_PARTITIONS = 65536  # ... and this many partitions (the one fp32 cell where span measured faster)
 
 
 def _span_forward_wins(partitions, rows, width, values: torch.Tensor) -> bool:
@@ -208,12 +211,28 @@ def _span_forward_wins(partitions, rows, width, values: torch.Tensor) -> bool:
     point's random lengths) is not sent back to the short design as 256 did. Also narrow rows (D <= NARROW_WIDTH) past
     the short mean length, up to NARROW_MEAN_LENGTH, from NARROW_SPAN_MIN_PARTITIONS partitions: span forced there took
     0.72x (262,144 L 200 D 16) and 0.98x (16,384) of the tile kernel's time, and 1.9-2.9x at B 64 and 1,024 (fifteenth
-    session, benchmarks/pooling_grid_h200.json). fp32 and L = 1 stay with the short design."""
-    if values.dtype != torch.bfloat16 or not all(isinstance(size, int) for size in (partitions, rows, width)):
+    session, benchmarks/pooling_grid_h200.json). L = 1 stays with the short design, and fp32 too except at D 17-64 with
+    a mean length of 8-32 over at least FP32_SPAN_MIN_PARTITIONS partitions (`_fp32_span_wins`)."""
+    if not all(isinstance(size, int) for size in (partitions, rows, width)):
+        return False
+    if values.dtype == torch.float32:
+        return _fp32_span_wins(partitions, rows, width)
+    if values.dtype != torch.bfloat16:
         return False
     if rows < 3 * partitions or rows * width < SPAN_MIN_VALUES * partitions:
         return False
     return rows <= SHORT_MEAN_LENGTH * partitions or _narrow_long(partitions, rows, width)
+
+
+def _fp32_span_wins(partitions, rows, width) -> bool:
+    """The one fp32 cell of the fifteenth session's H200 grid where span's forward (three bf16 products) beat the short
+    design the rule took: 262,144 L 16 D 64, 0.301 ms (span through the previous launch; 0.305 forced) against 0.368
+    (segment_reduce 0.325). Every other fp32 cell up to SHORT_MEAN_LENGTH had the short design at least as fast: L 4 at
+    that B and D (0.129 against 0.147), B 16,384 at L 16 D 64 (0.0258 against 0.0259), D 16 (0.127 against 0.267) and
+    D 128 (0.549 against 0.596) at that B and L; so the bounds hold that cell alone among the grid's."""
+    if not (NARROW_WIDTH < width <= FP32_SPAN_MAX_WIDTH and partitions >= FP32_SPAN_MIN_PARTITIONS):
+        return False
+    return FP32_SPAN_MIN_MEAN_LENGTH * partitions <= rows <= SHORT_MEAN_LENGTH * partitions
 
 
 def _narrow_long(partitions, rows, width) -> bool:

@@ -1,4 +1,5 @@
-"""The narrow forward (interpreter) against float64, forced by name, and its launch from the shape."""
+"""The narrow forward (interpreter) against float64, forced by name, its launch from the shape; and the fp32 span
+forward's bounds (the one H200 grid cell where span beat the short design)."""
 
 import pytest
 import torch
@@ -112,3 +113,22 @@ def test_cuda_narrow_launch_names_every_kernel_argument():
     # inside a graph the launch names every constexpr: a missing one fails only on a GPU
     config = pooling.narrow_config(262144, 16 * 262144, 16, torch.float32, CUDA)
     assert set(pooling_narrow_kernels.narrow_mean_fwd_kernel.arg_names[5:]) == set(config) - {"num_warps"}
+
+
+@pytest.mark.parametrize(
+    ("partitions", "mean_length", "width", "span"),
+    [
+        (262144, 16, 64, True),  # the H200 grid: span 0.301 ms, the short design 0.368
+        (65536, 8, 64, True),  # the bounds' corner
+        (262144, 32, 32, True),
+        (262144, 4, 64, False),  # L 4: the short design 0.129, span 0.147
+        (16384, 16, 64, False),  # 0.0258 against 0.0259
+        (262144, 16, 16, False),  # D 16: 0.127 against 0.267
+        (262144, 16, 128, False),  # D 128: 0.549 against 0.596
+        (262144, 40, 64, False),  # past SHORT_MEAN_LENGTH: the tile kernel as before
+    ],
+)
+def test_fp32_forwards_take_span_only_where_the_grid_measured_it_faster(partitions, mean_length, width, span):
+    values = torch.empty(0, width)
+    config = pooling._span_forward_config(partitions, partitions * mean_length, width, values)
+    assert (config is not None and config["kernel"] == "span") == span

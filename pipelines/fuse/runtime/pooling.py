@@ -276,7 +276,8 @@ def partitioned_mean_forward(
     b = offsets.shape[0] - 1
     if b == 0 or n == 0:  # no partition, or every partition empty: zeros, no launch
         return values.new_zeros(b, d)
-    if design == "narrow" and config is None:
+    narrow = design == "narrow" or (design is None and narrow_forward_wins(b, n, d, values.dtype))
+    if narrow and config is None:
         return _narrow_forward(values, offsets, narrow_config(b, n, d, values.dtype, values.device))
     if design == "span" and config is None:
         span = _embedding_pool().span_config_at(b, n, d, values.dtype, values.device)
@@ -456,6 +457,24 @@ NARROW_RUN_ROWS = 64  # rows a lane row aims to walk: K partitions of the mean l
 NARROW_MAX_K = 4  # the kernel holds K accumulators a lane (K is 1, 2 or 4)
 NARROW_MAX_BLOCK_D = 64  # columns a program; wider rows split over column blocks
 NARROW_UNROLL = 4  # rows of each lane row a step loads (4 independent 16-byte loads a thread in flight)
+
+
+NARROW_FORWARD = False  # the rule's switch: off until a GPU grid has timed the narrow forward (NARROW_REPORT.md)
+NARROW_FORWARD_MAX_WIDTH = 16  # where the rule would take it: D up to this ...
+NARROW_FORWARD_MIN_PARTITIONS = 16384  # ... from this many partitions ...
+NARROW_FORWARD_MEAN_LENGTHS = (8, 32)  # ... mean length N / B from the first up to the second (inclusive)
+
+
+def narrow_forward_wins(partitions, rows, width, dtype: torch.dtype) -> bool:
+    """Where the rule takes the narrow forward (before span and the short design): nowhere while NARROW_FORWARD is
+    off; on, at D <= NARROW_FORWARD_MAX_WIDTH, B >= NARROW_FORWARD_MIN_PARTITIONS and a mean length within
+    NARROW_FORWARD_MEAN_LENGTHS, any dtype. The bounds are the proposal for the cells segment_reduce still won on the
+    H200 (fifteenth session: B 16,384 and 262,144, L 16, D 16), to be set from the grid that times it."""
+    if not NARROW_FORWARD or not all(isinstance(size, int) for size in (partitions, rows, width)):
+        return False
+    low, high = NARROW_FORWARD_MEAN_LENGTHS
+    shape = width <= NARROW_FORWARD_MAX_WIDTH and partitions >= NARROW_FORWARD_MIN_PARTITIONS
+    return shape and low * partitions <= rows <= high * partitions
 
 
 def narrow_config(partitions: int, rows: int, width: int, dtype: torch.dtype, device: torch.device) -> dict:

@@ -84,6 +84,37 @@ def test_the_rule_does_not_take_the_narrow_design_yet(narrow_calls):
     assert narrow_calls == []
 
 
+@pytest.mark.parametrize(
+    ("partitions", "mean_length", "width", "narrow"),
+    [
+        (262144, 16, 16, True),  # the cells segment_reduce still won on the H200
+        (16384, 16, 16, True),
+        (16384, 8, 16, True),  # the bounds' corners
+        (16384, 32, 8, True),
+        (8192, 16, 16, False),  # too few partitions
+        (16384, 4, 16, False),  # L 4: the short design won there
+        (16384, 33, 16, False),  # past the short mean length
+        (262144, 16, 17, False),  # wider than NARROW_FORWARD_MAX_WIDTH
+    ],
+)
+def test_the_proposed_narrow_rule_once_switched_on(partitions, mean_length, width, narrow, monkeypatch):
+    assert not pooling.narrow_forward_wins(partitions, partitions * mean_length, width, torch.float32)  # off
+    monkeypatch.setattr(pooling, "NARROW_FORWARD", True)
+    for dtype in (torch.float32, torch.bfloat16):
+        assert pooling.narrow_forward_wins(partitions, partitions * mean_length, width, dtype) == narrow
+
+
+def test_switched_on_the_rule_runs_the_narrow_forward_before_span_and_short(narrow_calls, monkeypatch):
+    monkeypatch.setattr(pooling, "NARROW_FORWARD", True)
+    monkeypatch.setattr(pooling, "NARROW_FORWARD_MIN_PARTITIONS", 64)  # a small shape for the interpreter
+    generator = torch.Generator().manual_seed(14)
+    offsets = _offsets(torch.randint(0, 33, (64,), generator=generator).tolist())
+    values = torch.randn(int(offsets[-1]), 16, generator=generator).to(torch.bfloat16)  # bf16 L 16: span's cell
+    out = pooling.partitioned_mean_forward(values, offsets)
+    assert len(narrow_calls) == 1
+    torch.testing.assert_close(out.double(), _reference(values, offsets), rtol=1e-2, atol=1e-2)
+
+
 def test_unknown_designs_are_refused_and_narrow_is_a_forward_design_only():
     offsets = _offsets([2, 1])
     with pytest.raises(ValueError, match="'narrower'"):

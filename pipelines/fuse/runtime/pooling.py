@@ -456,7 +456,8 @@ NARROW_LANE_VALUES = 512  # (lane row, column) lanes a program holds: LANES x BL
 NARROW_RUN_ROWS = 64  # rows a lane row aims to walk: K partitions of the mean length, K up to NARROW_MAX_K
 NARROW_MAX_K = 4  # the kernel holds K accumulators a lane (K is 1, 2 or 4)
 NARROW_MAX_BLOCK_D = 64  # columns a program; wider rows split over column blocks
-NARROW_UNROLL = 4  # rows of each lane row a step loads (4 independent 16-byte loads a thread in flight)
+NARROW_RUN_STEPS = 2  # steps a run of the mean length takes: UNROLL = run / this, a power of two ...
+NARROW_MAX_UNROLL = 8  # ... up to this (a 16-byte load a row: 4 registers each)
 
 
 NARROW_FORWARD = False  # the rule's switch: off until a GPU grid has timed the narrow forward (NARROW_REPORT.md)
@@ -478,18 +479,26 @@ def narrow_forward_wins(partitions, rows, width, dtype: torch.dtype) -> bool:
 
 
 def narrow_config(partitions: int, rows: int, width: int, dtype: torch.dtype, device: torch.device) -> dict:
-    """The narrow forward's launch from the shape: K (1, 2 or 4) partitions a lane row so that a run is about
-    NARROW_RUN_ROWS rows, LANES lane rows of BLOCK_D columns (NARROW_LANE_VALUES lanes), LANES halved until the launch
-    has SHORT_MIN_PROGRAMS programs on a GPU, num_warps for 16 bytes a thread."""
+    """The narrow forward's launch from the shape. K (1, 2 or 4) partitions a lane row, so that a run is about
+    NARROW_RUN_ROWS rows (runs of several partitions are closer in length to each other than single partitions, so
+    fewer of a program's row slots go unused); LANES lane rows of BLOCK_D columns (NARROW_LANE_VALUES lanes). On a GPU
+    with few partitions, K is halved first (a shorter run is fewer dependent steps: that launch waits on latency, not
+    bandwidth), then LANES, down to one warp of 16-byte loads, until the launch has SHORT_MIN_PROGRAMS programs.
+    UNROLL rows a step so that a run of the mean length takes about NARROW_RUN_STEPS steps; num_warps for 16 bytes a
+    thread."""
     mean_length = max(rows / max(partitions, 1), 1.0)
     block_d = min(NARROW_MAX_BLOCK_D, triton_next_power_of_2(width))
     k = max(1, min(NARROW_MAX_K, triton_next_power_of_2(math.ceil(NARROW_RUN_ROWS / mean_length))))
     lanes = max(1, NARROW_LANE_VALUES // block_d)
+    one_warp = max(1, 32 * 16 // (dtype.itemsize * block_d))  # lane rows a warp of 16-byte loads holds
     column_blocks = _cdiv(width, block_d)
     if device.type == "cuda":  # the interpreter prefers few, large programs
-        while lanes > 1 and _cdiv(partitions, lanes * k) * column_blocks < SHORT_MIN_PROGRAMS:
+        while k > 1 and _cdiv(partitions, lanes * k) * column_blocks < SHORT_MIN_PROGRAMS:
+            k //= 2
+        while lanes > one_warp and _cdiv(partitions, lanes * k) * column_blocks < SHORT_MIN_PROGRAMS:
             lanes //= 2
-    config = {"LANES": lanes, "K": k, "BLOCK_D": block_d, "UNROLL": NARROW_UNROLL}
+    unroll = min(NARROW_MAX_UNROLL, triton_next_power_of_2(math.ceil(k * mean_length / NARROW_RUN_STEPS)))
+    config = {"LANES": lanes, "K": k, "BLOCK_D": block_d, "UNROLL": unroll}
     if device.type == "cuda":
         config["num_warps"] = max(1, min(8, lanes * block_d * dtype.itemsize // (16 * 32)))
     return config

@@ -124,20 +124,27 @@ def test_unknown_designs_are_refused_and_narrow_is_a_forward_design_only():
 
 
 @pytest.mark.parametrize(
-    ("partitions", "mean_length", "width", "dtype", "lanes", "k", "block_d", "warps"),
+    ("partitions", "mean_length", "width", "dtype", "lanes", "k", "unroll", "warps"),
     [
-        (262144, 16, 16, torch.float32, 32, 4, 16, 4),  # 32 lane rows of 4 partitions, 16 bytes a thread
-        (262144, 16, 16, torch.bfloat16, 32, 4, 16, 2),
-        (262144, 16, 64, torch.float32, 8, 4, 64, 4),
-        (262144, 32, 16, torch.float32, 32, 2, 16, 4),  # runs of about 64 rows
-        (262144, 200, 16, torch.float32, 32, 1, 16, 4),
-        (16384, 16, 16, torch.float32, 2, 4, 16, 1),  # halved until 2,048 programs
-        (64, 4, 1024, torch.float32, 1, 4, 64, 1),  # wide rows: 16 column blocks
+        (262144, 16, 16, torch.float32, 32, 4, 8, 4),  # 32 lane rows of 4 partitions, 16 bytes a thread
+        (262144, 16, 16, torch.bfloat16, 32, 4, 8, 2),
+        (262144, 4, 16, torch.float32, 32, 4, 8, 4),  # runs of 16 rows, 2 steps of 8
+        (262144, 1, 16, torch.float32, 32, 4, 2, 4),
+        (262144, 32, 16, torch.float32, 32, 2, 8, 4),  # runs of about 64 rows
+        (262144, 200, 16, torch.float32, 32, 1, 8, 4),
+        (16384, 16, 16, torch.float32, 8, 1, 8, 1),  # few partitions: K 1, then one warp of lane rows
+        (16384, 16, 16, torch.bfloat16, 16, 1, 8, 1),  # a warp holds 16 lane rows of bf16
+        (16384, 4, 16, torch.float32, 8, 1, 2, 1),
     ],
 )
-def test_the_narrow_launch_follows_the_shape(partitions, mean_length, width, dtype, lanes, k, block_d, warps):
+def test_the_narrow_launch_follows_the_shape(partitions, mean_length, width, dtype, lanes, k, unroll, warps):
     config = pooling.narrow_config(partitions, partitions * mean_length, width, dtype, CUDA)
-    assert config == {"LANES": lanes, "K": k, "BLOCK_D": block_d, "UNROLL": pooling.NARROW_UNROLL, "num_warps": warps}
+    assert config == {"LANES": lanes, "K": k, "BLOCK_D": width, "UNROLL": unroll, "num_warps": warps}
+
+
+def test_wide_rows_split_over_column_blocks_of_the_narrow_launch():
+    config = pooling.narrow_config(262144, 262144 * 16, 1024, torch.float32, CUDA)
+    assert (config["BLOCK_D"], config["LANES"], config["num_warps"]) == (64, 8, 4)
 
 
 def test_cuda_narrow_launch_names_every_kernel_argument():

@@ -5,7 +5,8 @@
 #   forms    `liger-bot demo recsys --forms` from the wheel: each variant in its own process, then all of them
 #            interleaved in one (the verdict), ~190 s at --steps 50 --rounds 1 --form-limit 45
 #   recsys   the fused gather + pool against EmbeddingBag and embedding + our pool at the recsys shapes, ~60 s
-#   grid     the partitioned mean's B x L x D x dtype grid (short_correctness skew grid), ~125 s
+#   grid     the partitioned mean's B x L x D x dtype grid (short_correctness skew grid), ~125 s; GRID_ARGS adds
+#            options to it, e.g. GRID_ARGS='--b 16384 262144 --lengths 4 16 --d 16 64' (those cells only)
 #   grouped  K features in one launch against K single ops and eager EmbeddingBags, ~120 s
 #   padded   the padded masked mean and the split form, ~150 s
 # STEPS picks the steps (default "demo forms recsys grid": ~430 s, one call); the rest in a second call:
@@ -58,8 +59,8 @@ for name in $STEPS; do
         ;;
     grid)
         PYTHONPATH=$REPO step grid 240 python3 -m benchmarks.pooling_grid_gpu --out "$OUT/grid" \
-            --sections short_correctness skew grid --budget-s 200 --graph-ms 5
-        grep -A8 "^## Grid: wins" "$OUT/grid/pooling_grid.md"
+            --sections short_correctness skew grid --budget-s 200 --graph-ms 5 ${GRID_ARGS:-}
+        grep -A14 "^## Grid: wins" "$OUT/grid/pooling_grid.md"
         ;;
     grouped)
         PYTHONPATH=$REPO step grouped 170 python3 -m benchmarks.recsys_grouped_gpu --out "$OUT/grouped.json" \

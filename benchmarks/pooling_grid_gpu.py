@@ -7,7 +7,12 @@ a shape grid. One process, about 300 s on an H200 with every section:
 partitioned mean's launch rule ("ours": the short design at mean length <= pooling.SHORT_MEAN_LENGTH, the previous
 launch above) beside the previous launch alone ("previous": tile kernel, span at B >= 4096 short), the short design
 forced where the rule does not take it ("short", at mean length 200), segment_reduce, index_add and embedding_bag,
-at every cell; `skew` times a few short-mean cells with one long partition (the short design's weak case).
+at every cell; `skew` times a few short-mean cells with one long partition (the short design's weak case). The forced
+designs `flat` (span forward, flat backward) and `narrow` (the narrow forward, the rule's backward) are timed up to mean
+length 200 too. `--b`, `--lengths` and `--d` restrict the grid to those cells, e.g. the narrow rows' losses:
+
+    python -m benchmarks.pooling_grid_gpu --out DIR --sections short_correctness grid --graph-ms 5 \
+        --b 16384 262144 --lengths 4 16 --d 16 64
 
 1. correctness: the fused kernel against nn.EmbeddingBag(mode="mean") (float64 reference), forward and table grad;
 2. launch tuning: per shape bucket the recsys shapes hit, candidate launches timed forward + backward; the best goes
@@ -53,12 +58,13 @@ GRID_LENGTH = (1, 4, 16, 200, 2000)
 GRID_D = (16, 64, 128, 256, 1024)
 DEVICE = "cuda"  # the CPU test of the designs' correctness and a grid row sets "cpu" (the interpreter)
 BASELINES = ("segment_reduce", "index_add", "embedding_bag")
-DESIGNS = ("ours", "previous", "short", "flat")  # the rule; the launch before the short design; short, flat forced
-FORCED = {
+DESIGNS = ("ours", "previous", "short", "flat", "narrow")  # the rule; the launch before the short design; forced ones
+FORCED = {  # design: (forward design, backward design) as pooling names them; None: the rule's
     "ours": (None, None),
     "previous": ("previous", "previous"),
     "short": ("short", "short"),
     "flat": ("span", "flat"),
+    "narrow": ("narrow", None),  # the narrow forward (no backward of its own): full = narrow forward + rule's backward
 }
 
 
@@ -134,7 +140,7 @@ def pool_ours(values, offsets, owner, counts, rows):
 
 def pool_forced(design: str):
     """Our partitioned mean with each pass's design forced as FORCED names it ("flat": the span forward, fp32 in
-    three bf16 products, and the flat backward, at any shape)."""
+    three bf16 products, and the flat backward, at any shape; "narrow": the narrow forward, the rule's backward)."""
     return lambda values, offsets, owner, counts, rows: OurPool.apply(values, offsets, *FORCED[design])
 
 
@@ -179,7 +185,7 @@ def grid_variants(b: int, n: int, length: int, d: int, dtype: torch.dtype) -> di
     elif length > 200:
         variants["short"] = "not timed above mean length 200"
     if length > 200:
-        variants["flat"] = "not timed above mean length 200"
+        variants["flat"] = variants["narrow"] = "not timed above mean length 200"
     return variants
 
 
@@ -442,16 +448,21 @@ def timed_both(call, leaf, label) -> dict:
     }
 
 
-def grid_cells(dtypes=DTYPES) -> list[tuple]:
-    """D 16 first (the short partitions' worst losses), then the issue's D 64 and 256, then 128 and 1024."""
-    return [
-        (b, length, d, t) for d in (16, 64, 256, 128, 1024) for b in GRID_B for length in GRID_LENGTH for t in dtypes
-    ]
+GRID_D_ORDER = (16, 64, 256, 128, 1024)  # D 16 first (the short partitions' worst losses), then the issue's 64 and 256
 
 
-def grid(clock: Clock, ceiling_gbs: float, dtypes=DTYPES) -> tuple[list[dict], list[str]]:
+def grid_cells(dtypes=DTYPES, bs=GRID_B, lengths=GRID_LENGTH, widths=GRID_D) -> list[tuple]:
+    """The grid's cells in timing order (D as GRID_D_ORDER, then B, mean length, dtype), those of `bs`, `lengths` and
+    `widths` only (the --b, --lengths and --d options: a run restricted to a few cells)."""
+    order = [d for d in GRID_D_ORDER if d in widths] + [d for d in widths if d not in GRID_D_ORDER]
+    return [(b, length, d, t) for d in order for b in bs for length in lengths for t in dtypes]
+
+
+def grid(
+    clock: Clock, ceiling_gbs: float, dtypes=DTYPES, cells: list[tuple] | None = None
+) -> tuple[list[dict], list[str]]:
     rows, skipped = [], []
-    for b, length, d, dtype_name in grid_cells(dtypes):
+    for b, length, d, dtype_name in grid_cells(dtypes) if cells is None else cells:
         dtype = ALL_DTYPES[dtype_name]
         label = f"B={b} L={length} D={d} {dtype_name}"
         if b * length * d * dtype.itemsize > VALUES_LIMIT:
@@ -767,7 +778,8 @@ def markdown(report: dict) -> str:
     ceilings = report.get("bandwidth", {})
     if report.get("skew"):
         lines += ["", "## One long partition among short ones (forward / forward+backward ms)", ""]
-        lines += ["| B | L | D | dtype | long rows | " + " | ".join(GRID_VARIANTS) + " |", "|---" * 11 + "|"]
+        lines += ["| B | L | D | dtype | long rows | " + " | ".join(GRID_VARIANTS) + " |"]
+        lines += ["|---" * (len(GRID_VARIANTS) + 5) + "|"]
         for r in report["skew"]:
             cells = " | ".join(cell(r.get(n)) for n in GRID_VARIANTS)
             lines.append(f"| {r['B']} | {r['mean_length']} | {r['D']} | {r['dtype']} | {r['long_rows']} | {cells} |")
@@ -814,6 +826,9 @@ def main(argv=None) -> int:
     parser.add_argument("--write-launch", action="store_true", help="rewrite the runtime's embedding_pool_launch.json")
     parser.add_argument("--sections", nargs="+", choices=SECTIONS + PADDED_SECTIONS, default=list(SECTIONS))
     parser.add_argument("--dtypes", nargs="+", choices=list(ALL_DTYPES), default=list(DTYPES), help="grid dtypes")
+    parser.add_argument("--b", nargs="+", type=int, default=list(GRID_B), help="grid partitions B (default: all)")
+    parser.add_argument("--lengths", nargs="+", type=int, default=list(GRID_LENGTH), help="grid mean lengths")
+    parser.add_argument("--d", nargs="+", type=int, default=list(GRID_D), help="grid widths D")
     parser.add_argument("--graph-ms", type=float, default=10.0, help="GPU time of one timing graph (ms)")
     parser.add_argument("--replays", type=int, default=5, help="replays of each timing graph (the median is kept)")
     args = parser.parse_args(argv)
@@ -836,6 +851,7 @@ def main(argv=None) -> int:
     }
     wanted = set(args.sections) | ({"bandwidth"} if {"grid", "skew"} & set(args.sections) else set())
     grid_dtypes = {name: ALL_DTYPES[name] for name in args.dtypes}
+    cells = grid_cells(grid_dtypes, args.b, args.lengths, args.d)
     sections = [
         ("correctness", lambda: correctness(clock)),
         ("short_correctness", lambda: short_correctness(clock)),
@@ -843,7 +859,7 @@ def main(argv=None) -> int:
         ("bandwidth", bandwidth_ceilings_gbs),
         ("recsys", lambda: recsys(clock, stop_left=args.budget_s * 0.35)),
         ("skew", lambda: skew(clock, report["bandwidth"]["ceiling"])),
-        ("grid", lambda: grid(clock, report["bandwidth"]["ceiling"], grid_dtypes)),
+        ("grid", lambda: grid(clock, report["bandwidth"]["ceiling"], grid_dtypes, cells)),
         ("padded_correctness", lambda: padded_correctness(clock)),
         ("padded", lambda: padded_section(clock)),
     ]

@@ -2,6 +2,8 @@
 win counts the lead reads to choose between them. (Its correctness section runs under the interpreter in
 tests/pipelines/fuse/test_pooling_short.py.)"""
 
+import itertools
+
 import pytest
 import torch
 
@@ -26,7 +28,19 @@ def test_a_cell_times_the_previous_launch_where_the_rule_changed_it_and_the_shor
     assert long_cell["previous"] == "same launch as ours" and callable(long_cell["short"])
     longest = grid.grid_variants(64, 64 * 2000, 2000, 64, torch.float32)
     assert isinstance(longest["short"], str) and isinstance(longest["previous"], str)
-    assert all(callable(short_cell[name]) for name in ("ours", *grid.BASELINES))
+    assert all(callable(short_cell[name]) for name in ("ours", "flat", "narrow", *grid.BASELINES))
+    assert callable(long_cell["narrow"]) and longest["narrow"] == "not timed above mean length 200"
+
+
+def test_the_narrow_design_is_timed_as_its_forward_and_the_rules_backward(grid):
+    assert grid.FORCED["narrow"] == ("narrow", None) and "narrow" in grid.DESIGNS
+
+
+def test_the_grid_can_be_restricted_to_a_few_cells(grid):
+    cells = grid.grid_cells(grid.DTYPES, bs=[16384, 262144], lengths=[4, 16], widths=[64, 16])
+    assert cells[0] == (16384, 4, 16, "fp32") and len(cells) == 2 * 2 * 2 * 2  # D 16 first, as the full grid
+    assert {cell[:3] for cell in cells} == set(itertools.product((16384, 262144), (4, 16), (16, 64)))
+    assert len(grid.grid_cells()) == 5 * 5 * 5 * 2  # every cell by default
 
 
 def test_win_counts_compare_each_design_with_the_best_baseline_timed(grid):

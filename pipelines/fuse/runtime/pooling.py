@@ -198,6 +198,9 @@ def _span_config(partitions, rows, width, values: torch.Tensor) -> dict | None:
 
 SPAN_MIN_VALUES = 128  # values a partition (L x D) from which the bf16 forward takes span
 NARROW_SPAN_MIN_PARTITIONS = 16384  # narrow bf16 rows past the short mean length: span from this many partitions
+FP32_SPAN_MAX_WIDTH = 64  # fp32 rows wider than NARROW_WIDTH, up to this, take span ...
+FP32_SPAN_MIN_MEAN_LENGTH = 8  # ... from this mean length up to SHORT_MEAN_LENGTH ...
+FP32_SPAN_MIN_PARTITIONS = 65536  # ... and this many partitions (the one fp32 cell where span measured faster)
 
 
 def _span_forward_wins(partitions, rows, width, values: torch.Tensor) -> bool:
@@ -208,12 +211,28 @@ def _span_forward_wins(partitions, rows, width, values: torch.Tensor) -> bool:
     point's random lengths) is not sent back to the short design as 256 did. Also narrow rows (D <= NARROW_WIDTH) past
     the short mean length, up to NARROW_MEAN_LENGTH, from NARROW_SPAN_MIN_PARTITIONS partitions: span forced there took
     0.72x (262,144 L 200 D 16) and 0.98x (16,384) of the tile kernel's time, and 1.9-2.9x at B 64 and 1,024 (fifteenth
-    session, benchmarks/pooling_grid_h200.json). fp32 and L = 1 stay with the short design."""
-    if values.dtype != torch.bfloat16 or not all(isinstance(size, int) for size in (partitions, rows, width)):
+    session, benchmarks/pooling_grid_h200.json). L = 1 stays with the short design, and fp32 too except at D 17-64 with
+    a mean length of 8-32 over at least FP32_SPAN_MIN_PARTITIONS partitions (`_fp32_span_wins`)."""
+    if not all(isinstance(size, int) for size in (partitions, rows, width)):
+        return False
+    if values.dtype == torch.float32:
+        return _fp32_span_wins(partitions, rows, width)
+    if values.dtype != torch.bfloat16:
         return False
     if rows < 3 * partitions or rows * width < SPAN_MIN_VALUES * partitions:
         return False
     return rows <= SHORT_MEAN_LENGTH * partitions or _narrow_long(partitions, rows, width)
+
+
+def _fp32_span_wins(partitions, rows, width) -> bool:
+    """The one fp32 cell of the fifteenth session's H200 grid where span's forward (three bf16 products) beat the short
+    design the rule took: 262,144 L 16 D 64, 0.301 ms (span through the previous launch; 0.305 forced) against 0.368
+    (segment_reduce 0.325). Every other fp32 cell up to SHORT_MEAN_LENGTH had the short design at least as fast: L 4 at
+    that B and D (0.129 against 0.147), B 16,384 at L 16 D 64 (0.0258 against 0.0259), D 16 (0.127 against 0.267) and
+    D 128 (0.549 against 0.596) at that B and L; so the bounds hold that cell alone among the grid's."""
+    if not (NARROW_WIDTH < width <= FP32_SPAN_MAX_WIDTH and partitions >= FP32_SPAN_MIN_PARTITIONS):
+        return False
+    return FP32_SPAN_MIN_MEAN_LENGTH * partitions <= rows <= SHORT_MEAN_LENGTH * partitions
 
 
 def _narrow_long(partitions, rows, width) -> bool:
@@ -229,7 +248,7 @@ def _span_forward_config(partitions, rows, width, values: torch.Tensor) -> dict 
     return _span_config(partitions, rows, width, values)
 
 
-FORWARD_DESIGNS = ("short", "previous", "span")  # `design` forced in the forward; None: the rule's
+FORWARD_DESIGNS = ("short", "previous", "span", "narrow")  # `design` forced in the forward; None: the rule's
 BACKWARD_DESIGNS = ("short", "previous", "flat")  # ... in the backward
 
 
@@ -247,7 +266,8 @@ def partitioned_mean_forward(
 ) -> torch.Tensor:
     """One launch; `counters` (int32, >= B * D-blocks, all zero; left zero) saves the clear when reused. `config`
     forces the tile kernel with that launch; `design` forces one: "short" (the short-partition design), "previous"
-    (the launch as it was before it: span or tile), "span" (span at any shape); None lets the rule decide."""
+    (the launch as it was before it: span or tile), "span" (span at any shape), "narrow" (runs of partitions a lane,
+    pooling_narrow_kernels.py, at any shape); None lets the rule decide."""
     _check(values, offsets)
     _check_design(design, FORWARD_DESIGNS)
     values = values.contiguous()
@@ -256,6 +276,9 @@ def partitioned_mean_forward(
     b = offsets.shape[0] - 1
     if b == 0 or n == 0:  # no partition, or every partition empty: zeros, no launch
         return values.new_zeros(b, d)
+    narrow = design == "narrow" or (design is None and narrow_forward_wins(b, n, d, values.dtype))
+    if narrow and config is None:
+        return _narrow_forward(values, offsets, narrow_config(b, n, d, values.dtype, values.device))
     if design == "span" and config is None:
         span = _embedding_pool().span_config_at(b, n, d, values.dtype, values.device)
         return _embedding_pool().plain_mean_span_forward(values, offsets.to(torch.int64), span)
@@ -427,6 +450,60 @@ def short_config(partitions, rows, width, dtype: torch.dtype, device: torch.devi
     return config
 
 
+# --- the narrow forward (pooling_narrow_kernels.py): a lane walks the rows of K consecutive partitions in order
+
+NARROW_LANE_VALUES = 512  # (lane row, column) lanes a program holds: LANES x BLOCK_D, 16 bytes a thread
+NARROW_RUN_ROWS = 64  # rows a lane row aims to walk: K partitions of the mean length, K up to NARROW_MAX_K
+NARROW_MAX_K = 4  # the kernel holds K accumulators a lane (K is 1, 2 or 4)
+NARROW_MAX_BLOCK_D = 64  # columns a program; wider rows split over column blocks
+NARROW_RUN_STEPS = 2  # steps a run of the mean length takes: UNROLL = run / this, a power of two ...
+NARROW_MAX_UNROLL = 8  # ... up to this (a 16-byte load a row: 4 registers each)
+
+
+NARROW_FORWARD = False  # the rule's switch: off until a GPU grid has timed the narrow forward (NARROW_REPORT.md)
+NARROW_FORWARD_MAX_WIDTH = 16  # where the rule would take it: D up to this ...
+NARROW_FORWARD_MIN_PARTITIONS = 16384  # ... from this many partitions ...
+NARROW_FORWARD_MEAN_LENGTHS = (8, 32)  # ... mean length N / B from the first up to the second (inclusive)
+
+
+def narrow_forward_wins(partitions, rows, width, dtype: torch.dtype) -> bool:
+    """Where the rule takes the narrow forward (before span and the short design): nowhere while NARROW_FORWARD is
+    off; on, at D <= NARROW_FORWARD_MAX_WIDTH, B >= NARROW_FORWARD_MIN_PARTITIONS and a mean length within
+    NARROW_FORWARD_MEAN_LENGTHS, any dtype. The bounds are the proposal for the cells segment_reduce still won on the
+    H200 (fifteenth session: B 16,384 and 262,144, L 16, D 16), to be set from the grid that times it."""
+    if not NARROW_FORWARD or not all(isinstance(size, int) for size in (partitions, rows, width)):
+        return False
+    low, high = NARROW_FORWARD_MEAN_LENGTHS
+    shape = width <= NARROW_FORWARD_MAX_WIDTH and partitions >= NARROW_FORWARD_MIN_PARTITIONS
+    return shape and low * partitions <= rows <= high * partitions
+
+
+def narrow_config(partitions: int, rows: int, width: int, dtype: torch.dtype, device: torch.device) -> dict:
+    """The narrow forward's launch from the shape. K (1, 2 or 4) partitions a lane row, so that a run is about
+    NARROW_RUN_ROWS rows (runs of several partitions are closer in length to each other than single partitions, so
+    fewer of a program's row slots go unused); LANES lane rows of BLOCK_D columns (NARROW_LANE_VALUES lanes). On a GPU
+    with few partitions, K is halved first (a shorter run is fewer dependent steps: that launch waits on latency, not
+    bandwidth), then LANES, down to one warp of 16-byte loads, until the launch has SHORT_MIN_PROGRAMS programs.
+    UNROLL rows a step so that a run of the mean length takes about NARROW_RUN_STEPS steps; num_warps for 16 bytes a
+    thread."""
+    mean_length = max(rows / max(partitions, 1), 1.0)
+    block_d = min(NARROW_MAX_BLOCK_D, triton_next_power_of_2(width))
+    k = max(1, min(NARROW_MAX_K, triton_next_power_of_2(math.ceil(NARROW_RUN_ROWS / mean_length))))
+    lanes = max(1, NARROW_LANE_VALUES // block_d)
+    one_warp = max(1, 32 * 16 // (dtype.itemsize * block_d))  # lane rows a warp of 16-byte loads holds
+    column_blocks = _cdiv(width, block_d)
+    if device.type == "cuda":  # the interpreter prefers few, large programs
+        while k > 1 and _cdiv(partitions, lanes * k) * column_blocks < SHORT_MIN_PROGRAMS:
+            k //= 2
+        while lanes > one_warp and _cdiv(partitions, lanes * k) * column_blocks < SHORT_MIN_PROGRAMS:
+            lanes //= 2
+    unroll = min(NARROW_MAX_UNROLL, triton_next_power_of_2(math.ceil(k * mean_length / NARROW_RUN_STEPS)))
+    config = {"LANES": lanes, "K": k, "BLOCK_D": block_d, "UNROLL": unroll}
+    if device.type == "cuda":
+        config["num_warps"] = max(1, min(8, lanes * block_d * dtype.itemsize // (16 * 32)))
+    return config
+
+
 def _int_offsets(offsets: torch.Tensor) -> torch.Tensor:
     """int32 and int64 offsets as they are (the short kernels read either); other integer dtypes as int64."""
     offsets = offsets if offsets.dtype in (torch.int32, torch.int64) else offsets.to(torch.int64)
@@ -447,6 +524,16 @@ def _short_forward(values: torch.Tensor, offsets: torch.Tensor, config: dict) ->
     b, d = offsets.shape[0] - 1, values.shape[1]
     out = values.new_empty(b, d)
     _short_kernels().short_mean_fwd_kernel[_short_grid(config, b, d)](values, offsets, out, b, d, **config)
+    return out
+
+
+def _narrow_forward(values: torch.Tensor, offsets: torch.Tensor, config: dict) -> torch.Tensor:
+    from . import pooling_narrow_kernels
+
+    b, d = offsets.shape[0] - 1, values.shape[1]
+    out = values.new_empty(b, d)
+    grid = (_cdiv(b, config["LANES"] * config["K"]), _cdiv(d, config["BLOCK_D"]))
+    pooling_narrow_kernels.narrow_mean_fwd_kernel[grid](values, offsets, out, b, d, **config)
     return out
 
 

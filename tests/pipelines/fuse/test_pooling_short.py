@@ -151,7 +151,7 @@ def test_the_gpu_scripts_design_check_and_grid_row_run_on_the_interpreter(monkey
     # a skew cell: one partition past SHORT_CAP; every variant timed computes the same mean
     row = grid.grid_row(6, 2, 12, "bf16", "skew", ceiling_gbs=1.0, long_rows=pooling.SHORT_CAP + 40)
     assert row["long_rows"] == pooling.SHORT_CAP + 40 and row["short"] == "same launch as ours"
-    assert len(timed) == 6 and all(out.shape == (6, 12) for out in timed)  # ours, previous, flat, 3 baselines
+    assert len(timed) == 7 and all(out.shape == (6, 12) for out in timed)  # ours, previous, flat, narrow, 3 baselines
     for out in timed[1:]:
         torch.testing.assert_close(out.float(), timed[0].float(), rtol=2e-2, atol=2e-2)
     assert "| 6 | 2 | 12 | bf16 | 168 |" in grid.markdown({"device": "cpu", "torch": "", "triton": "", "skew": [row]})

@@ -12,7 +12,11 @@ the offsets *tensor*, behind a check that keeps the original loop as the fallbac
         <the original statements>
 
 The split form, `stack([t.mean(0) for t in torch.split(values, lengths.tolist())])` (or its append loop), is the
-same loop with the partitions given by size: it becomes one call on the lengths tensor (`pool_lengths`).
+same loop with the partitions given by size: it becomes one call on the lengths tensor (`pool_lengths`); the
+tensor_split form, `torch.tensor_split(values, o[1:-1].tolist())`, the same loop given by its split points
+(`pool_points`). The stacked means may sit anywhere in a statement (`return self.mlp(torch.stack(...))`), and
+`torch.cat` / `torch.vstack` of `mean(0, keepdim=True)` rows is the same pooling as `torch.stack` of `mean(0)`. A split
+by an int (equal chunks, `torch.split(values, self.chunk)`) that only a run can tell from sizes is computed as written.
 
 The check is evaluated once at trace time (assume_constant_result), so only one branch is traced.
 
@@ -45,8 +49,8 @@ PATTERN_NAME = "loop_slice_mean_stack"
 @dataclass(frozen=True)
 class LoopMatch:
     values: ast.expr
-    offsets: ast.expr  # partition bounds, or their sizes when by_lengths (the split form)
-    by_lengths: bool = False
+    offsets: ast.expr  # partition bounds; their sizes (the split form) or inner split points (tensor_split)
+    helper: str = "pool"  # the LoopHelpers method that pools by `offsets`: pool, pool_lengths or pool_points
 
 
 class LoopHelpers:
@@ -70,15 +74,33 @@ class LoopHelpers:
 
     @staticmethod
     def pool_lengths(values: torch.Tensor, lengths) -> torch.Tensor:
-        """The split form: partitions given by their sizes, as `torch.split` takes them."""
+        """The split form: partitions given by their sizes, as `torch.split` takes them (an int: equal chunks, as
+        written)."""
+        if isinstance(lengths, int):
+            return torch.stack([chunk.mean(0) for chunk in torch.split(values, lengths)])
         if not isinstance(lengths, torch.Tensor):
             lengths = torch.tensor(lengths, dtype=torch.int64, device=values.device)
         offsets = torch.cat([lengths.new_zeros(1, dtype=torch.int64), lengths.cumsum(0).to(torch.int64)])
         return KERNEL_FUNCTIONS["triton_partitioned_mean"](values, offsets)
 
     @staticmethod
+    def pool_points(values: torch.Tensor, points) -> torch.Tensor:
+        """The tensor_split form: partitions given by their inner split points (an int: that many sections, as
+        written)."""
+        if isinstance(points, int):
+            return torch.stack([chunk.mean(0) for chunk in torch.tensor_split(values, points)])
+        if not isinstance(points, torch.Tensor):
+            points = torch.tensor(points, dtype=torch.int64, device=values.device)
+        points = points.to(torch.int64)
+        offsets = torch.cat([points.new_zeros(1), points, points.new_full((1,), values.shape[0])])
+        return KERNEL_FUNCTIONS["triton_partitioned_mean"](values, offsets)
+
+    @staticmethod
     def pad_lengths(values: torch.Tensor, lengths) -> torch.Tensor:
-        """`pad_sequence(torch.split(values, lengths.tolist()), batch_first=True)` without the host list."""
+        """`pad_sequence(torch.split(values, lengths.tolist()), batch_first=True)` without the host list (an int:
+        equal chunks, as written)."""
+        if isinstance(lengths, int):
+            return torch.nn.utils.rnn.pad_sequence(torch.split(values, lengths), batch_first=True)
         if not isinstance(lengths, torch.Tensor):
             lengths = torch.tensor(lengths, dtype=torch.int64, device=values.device)
         return pad_partitions(values, lengths.to(torch.int64))
@@ -149,9 +171,9 @@ class _LoopRewriter(ast.NodeTransformer):
                 out.append(statements[i])
                 i += 1
                 continue
-            span, target, match = found
+            span, match, which = found
             region = statements[i : i + span]
-            out = self._guarded(out, region, target, match)
+            out = self._guarded(out, region, match, which)
             i += span
             self.captures.append((PATTERN_NAME, "triton_partitioned_mean"))
         return out
@@ -176,7 +198,9 @@ class _LoopRewriter(ast.NodeTransformer):
                 setattr(node, field, _helper_call("pad_lengths", [values, lengths]))
                 self.captures.append((PADDED_SPLIT, "pad_partitions"))
 
-    def _guarded(self, preceding: list[ast.stmt], region, target, match: LoopMatch) -> list[ast.stmt]:
+    def _guarded(self, preceding: list[ast.stmt], region, match: LoopMatch, which: int) -> list[ast.stmt]:
+        """`if applies(values): <the region's last statement, its stacking call number `which` replaced by one
+        pooling call>`, the region as written otherwise."""
         offsets, fallback = match.offsets, list(region)
         source = _tolist_source(preceding, offsets)
         if _is_method(offsets, "tolist") and not offsets.args:
@@ -186,9 +210,8 @@ class _LoopRewriter(ast.NodeTransformer):
             if _uses(self.definition, source.targets[0].id, exclude=[source, *region]) == 0:
                 preceding = [s for s in preceding if s is not source]
                 fallback = [source, *fallback]  # the graph-breaking tolist only runs on the fallback path
-        helper = "pool_lengths" if match.by_lengths else "pool"
-        call = _helper_call(helper, [copy.deepcopy(match.values), copy.deepcopy(offsets)])
-        fast = ast.Return(call) if target is None else ast.Assign([copy.deepcopy(target)], call)
+        call = _helper_call(match.helper, [copy.deepcopy(match.values), copy.deepcopy(offsets)])
+        fast = _with_call(region[-1], which, call)
         values = match.values
         check = _helper_call(
             "applies",
@@ -210,7 +233,8 @@ def _attr(value: ast.expr, name: str) -> ast.Attribute:
 
 
 def _append_loop(statements, i):
-    """`acc = []; for ...: acc.append(<mean of slice>); out = torch.stack(acc)` -> (3, out target, match)."""
+    """`acc = []; for ...: acc.append(<mean of slice>); <a statement using torch.stack(acc)>` -> (3, match, which
+    stacking call)."""
     if i + 2 >= len(statements):
         return None
     init, loop, stack = statements[i : i + 3]
@@ -224,52 +248,76 @@ def _append_loop(statements, i):
     append = loop.body[0].value
     if not (_is_method(append, "append") and _is_name(append.func.value, name) and len(append.args) == 1):
         return None
-    target, stacked = _stack_statement(stack)
-    if not (isinstance(stacked, ast.Name) and stacked.id == name):
-        return None
-    match = _mean_over_partitions(append.args[0], loop.target, loop.iter)
-    return (3, target, match) if match else None
+    for which, (stacked, keepdims) in enumerate(_stackings(stack)):
+        if _is_name(stacked, name):
+            match = _mean_over_partitions(append.args[0], loop.target, loop.iter, keepdims)
+            return (3, match, which) if match else None
+    return None
 
 
 def _comprehension(statement):
-    """`out = torch.stack([<mean of slice> for ... in ...])` (or `return torch.stack(...)`)."""
-    target, stacked = _stack_statement(statement)
-    if not isinstance(stacked, ast.ListComp) or len(stacked.generators) != 1:
-        return None
-    generator = stacked.generators[0]
-    if generator.ifs or generator.is_async:
-        return None
-    match = _mean_over_partitions(stacked.elt, generator.target, generator.iter)
-    return (1, target, match) if match else None
+    """A statement using `torch.stack([<mean of slice> for ... in ...])` (cat / vstack of keepdim means) -> (1, match,
+    which stacking call)."""
+    for which, (stacked, keepdims) in enumerate(_stackings(statement)):
+        if not isinstance(stacked, ast.ListComp) or len(stacked.generators) != 1:
+            continue
+        generator = stacked.generators[0]
+        if generator.ifs or generator.is_async:
+            continue
+        match = _mean_over_partitions(stacked.elt, generator.target, generator.iter, keepdims)
+        if match:
+            return 1, match, which
+    return None
 
 
-def _stack_statement(statement):
-    """(assignment target or None for return, the stacked expression) for `x = torch.stack(e[, 0])`."""
-    if isinstance(statement, ast.Assign) and len(statement.targets) == 1:
-        target, value = statement.targets[0], statement.value
-    elif isinstance(statement, ast.Return) and statement.value is not None:
-        target, value = None, statement.value
-    else:
-        return None, None
-    if not (isinstance(value, ast.Call) and _dotted(value.func) in ("torch.stack", "stack") and value.args):
-        return None, None
-    dims = [k.value for k in value.keywords if k.arg == "dim"] + value.args[1:]
-    if any(not (isinstance(d, ast.Constant) and d.value == 0) for d in dims) or len(value.args) > 2:
-        return None, None
-    return target, value.args[0]
+# row means a stacking call joins into [B, D]: stack of mean(0); cat of mean(0, keepdim=True); vstack of either
+_STACKINGS = {"torch.stack": (False,), "stack": (False,), "torch.cat": (True,), "torch.vstack": (False, True)}
+_NEW_SCOPES = (ast.Lambda, ast.ListComp, ast.SetComp, ast.DictComp, ast.GeneratorExp, ast.FunctionDef, ast.ClassDef)
 
 
-def _mean_over_partitions(element, target, iterable) -> LoopMatch | None:
+def _stacking_calls(node):
+    """Calls of a _STACKINGS function along rows in `node`, outer first, not inside a nested scope."""
+    if isinstance(node, ast.Call) and _dotted(node.func) in _STACKINGS and len(node.args) in (1, 2):
+        dims = [k.value for k in node.keywords if k.arg == "dim"] + node.args[1:]
+        if len(node.keywords) == len(dims) - len(node.args[1:]) and all(_is_const(d, 0) for d in dims):
+            yield node
+    for child in ast.iter_child_nodes(node):
+        if not isinstance(child, _NEW_SCOPES):
+            yield from _stacking_calls(child)
+
+
+def _stackings(statement):
+    """(the joined expression, the keepdims its row means may have) for each stacking call in `statement`."""
+    if not isinstance(statement, ast.Assign | ast.Return | ast.Expr | ast.AnnAssign | ast.AugAssign):
+        return
+    for call in _stacking_calls(statement):
+        yield call.args[0], _STACKINGS[_dotted(call.func)]
+
+
+def _with_call(statement: ast.stmt, which: int, call: ast.Call) -> ast.stmt:
+    """A copy of `statement` with its stacking call number `which` (in _stacking_calls' order) replaced by `call`."""
+    fast = copy.deepcopy(statement)
+    chosen = list(_stacking_calls(fast))[which]
+
+    class Replace(ast.NodeTransformer):
+        def visit_Call(self, node):
+            return call if node is chosen else self.generic_visit(node)
+
+    return Replace().visit(fast)
+
+
+def _mean_over_partitions(element, target, iterable, keepdims=(False,)) -> LoopMatch | None:
     """values and offsets, when `element` is the mean over rows of `values[offsets[i]:offsets[i+1]]`; or values and
-    lengths, when it is the mean of `t` for `t in torch.split(values, lengths)` (`values.split(lengths)` too)."""
-    sliced = _rows_mean(element)
+    lengths, when it is the mean of `t` for `t in torch.split(values, lengths)` (`values.split(lengths)` too); or
+    values and inner split points, for `t in torch.tensor_split(values, points)`."""
+    sliced = _rows_mean(element, keepdims)
     split = _split_call(iterable)
     if split is not None:
-        values, lengths = split
+        values, sizes, helper = split
         ok = _is_name(sliced, getattr(target, "id", None)) and not any(
             isinstance(n, ast.Call) for n in ast.walk(values)
         )
-        return LoopMatch(values, lengths, by_lengths=True) if ok else None
+        return LoopMatch(values, sizes, helper) if ok else None
     if not isinstance(sliced, ast.Subscript) or not isinstance(sliced.slice, ast.Slice) or sliced.slice.step:
         return None
     values, lower, upper = sliced.value, sliced.slice.lower, sliced.slice.upper
@@ -291,16 +339,22 @@ def _pad_split(node):
         return None
     if "padding_value" in keywords and not _is_const(keywords["padding_value"], 0):
         return None
-    return _split_call(node.args[0])
+    split = _split_call(node.args[0])
+    return split[:2] if split is not None and split[2] == "pool_lengths" else None
+
+
+_SPLITS = {"split": "pool_lengths", "tensor_split": "pool_points"}  # how each names its partitions
 
 
 def _split_call(node):
-    """(values, lengths) for `torch.split(values, lengths)` / `values.split(lengths)` along rows, else None."""
-    if not isinstance(node, ast.Call):
+    """(values, lengths, "pool_lengths") for `torch.split(values, lengths)` / `values.split(lengths)` along rows,
+    (values, points, "pool_points") for `torch.tensor_split(values, points)` / `values.tensor_split(points)`, else
+    None."""
+    if not isinstance(node, ast.Call) or not isinstance(node.func, ast.Attribute) or node.func.attr not in _SPLITS:
         return None
-    if _dotted(node.func) == "torch.split" and len(node.args) >= 2:
+    if _dotted(node.func) == f"torch.{node.func.attr}" and len(node.args) >= 2:
         values, lengths, rest = node.args[0], node.args[1], node.args[2:]
-    elif _is_method(node, "split") and _dotted(node.func) != "torch.split" and node.args:
+    elif _dotted(node.func) != f"torch.{node.func.attr}" and node.args:
         values, lengths, rest = node.func.value, node.args[0], node.args[1:]
     else:
         return None
@@ -309,20 +363,29 @@ def _split_call(node):
         return None
     if isinstance(lengths, ast.Constant):
         return None  # split(values, 3): equal chunks, not partitions by lengths
-    return values, lengths
+    return values, lengths, _SPLITS[node.func.attr]
 
 
-def _rows_mean(node):
+def _rows_mean(node, keepdims=(False,)):
+    """x, when `node` is the mean of x over rows (`x.mean(0)`, `torch.mean(x, dim=0)`) with a keepdim in
+    `keepdims` (positional or keyword; absent is False)."""
+    if not isinstance(node, ast.Call) or node.func is None:
+        return None
     if _is_method(node, "mean") and _dotted(node.func) != "torch.mean":
-        dims = node.args or [k.value for k in node.keywords if k.arg == "dim"]
-        other = [k for k in node.keywords if k.arg != "dim"]
-        ok = len(dims) == 1 and isinstance(dims[0], ast.Constant) and dims[0].value == 0 and not other
-        return node.func.value if ok else None
-    if isinstance(node, ast.Call) and _dotted(node.func) == "torch.mean" and node.args:
-        dims = node.args[1:] or [k.value for k in node.keywords if k.arg == "dim"]
-        ok = len(dims) == 1 and isinstance(dims[0], ast.Constant) and dims[0].value == 0
-        return node.args[0] if ok else None
-    return None
+        subject, args = node.func.value, node.args
+    elif _dotted(node.func) == "torch.mean" and node.args:
+        subject, args = node.args[0], node.args[1:]
+    else:
+        return None
+    keywords = {k.arg: k.value for k in node.keywords}
+    if set(keywords) - {"dim", "keepdim"} or len(args) > 2 or ("dim" in keywords and args):
+        return None
+    dim = args[0] if args else keywords.get("dim")
+    keepdim = args[1] if len(args) == 2 else keywords.get("keepdim", ast.Constant(False))
+    if len(args) == 2 and "keepdim" in keywords:
+        return None
+    ok = _is_const(dim, 0) and isinstance(keepdim, ast.Constant) and keepdim.value in keepdims
+    return subject if ok else None
 
 
 def _range_form(target, iterable, lower, upper):

@@ -154,3 +154,92 @@ def test_the_padded_split_s_pad_is_never_written_once_its_masked_mean_is_pooled(
     values, offsets = _batch([2, 5, 1])
     torch.testing.assert_close(compiled(values, offsets), pooling.partitioned_mean_reference(values, offsets))
     assert graphs and not any("pad_partitions" in gm.code for gm in graphs)
+
+
+class NestedStack(nn.Module):  # the stacked means inside the statement that uses them
+    def __init__(self):
+        super().__init__()
+        self.scale = nn.Linear(3, 3, bias=False)
+
+    def forward(self, values, offsets):
+        bounds = offsets.tolist()
+        return self.scale(torch.stack([values[bounds[i] : bounds[i + 1]].mean(0) for i in range(len(bounds) - 1)]))
+
+
+class CatKeepdim(nn.Module):
+    def forward(self, values, offsets):
+        rows = []
+        for start, end in zip(offsets[:-1], offsets[1:], strict=False):
+            rows.append(torch.mean(values[start:end], dim=0, keepdim=True))
+        return torch.cat(rows, dim=0) * 3
+
+
+class TensorSplit(nn.Module):
+    def forward(self, values, offsets):
+        return torch.vstack([t.mean(dim=0) for t in torch.tensor_split(values, offsets[1:-1].tolist())])
+
+
+def _reference(module, values, offsets):
+    pooled = pooling.partitioned_mean_reference(values, offsets)
+    return {NestedStack: lambda: module.scale(pooled), CatKeepdim: lambda: 3 * pooled}.get(
+        type(module), lambda: pooled
+    )()
+
+
+def test_stacked_means_anywhere_in_a_statement_cat_of_keepdim_rows_and_tensor_split_points_are_captured():
+    for module in (NestedStack(), CatKeepdim(), TensorSplit()):
+        torch._dynamo.reset()
+        compiled = fuse_compile(module, inner="aot_eager")
+        for lengths in ([2, 5, 1], [3, 1, 4], [1, 1, 6], [4, 2, 2]):
+            values, offsets = _batch(lengths, width=3)
+            values.requires_grad_(True)
+            out = compiled(values, offsets)
+            expected = _reference(module, values, offsets)
+            torch.testing.assert_close(out, expected)
+            grad = torch.autograd.grad((out * torch.arange(3.0)).sum(), values)[0]
+            torch.testing.assert_close(grad, torch.autograd.grad((expected * torch.arange(3.0)).sum(), values)[0])
+        stats = compiled.liger_fuse_stats
+        assert (stats.loops_captured, stats.replaced) == (1, {"loop_slice_mean_stack": 1}), type(module).__name__
+        assert stats.graphs_compiled <= 2, type(module).__name__
+
+
+def test_only_the_stacking_of_the_means_is_replaced_and_a_stack_of_other_rows_is_left_alone():
+    class Beside(nn.Module):
+        def forward(self, values, offsets):
+            return torch.cat([values[:1], torch.stack([torch.mean(t, 0) for t in torch.split(values, offsets)])])
+
+    class KeepdimStacked(nn.Module):  # stack of [1, D] means is [B, 1, D]: not the pooled [B, D]
+        def forward(self, values, offsets):
+            return torch.stack([t.mean(0, keepdim=True) for t in torch.split(values, offsets.tolist())])
+
+    values = torch.randn(8, 3)
+    torch._dynamo.reset()
+    compiled = fuse_compile(Beside(), inner="aot_eager")
+    torch.testing.assert_close(compiled(values, [2, 5, 1]), Beside()(values, [2, 5, 1]))
+    assert compiled.liger_fuse_stats.loops_captured == 1
+    torch._dynamo.reset()
+    compiled = fuse_compile(KeepdimStacked(), inner="aot_eager")
+    lengths = torch.tensor([2, 5, 1])
+    torch.testing.assert_close(compiled(values, lengths), KeepdimStacked()(values, lengths))
+    assert compiled.liger_fuse_stats.loops_captured == 0
+
+
+def test_a_split_by_an_int_held_in_a_variable_runs_as_written():
+    # `torch.split(values, self.chunk)` reads as a split by sizes: only a run tells the int (equal chunks) apart;
+    # before, the captured call turned the int into a 0-d tensor and Dynamo's fake run of torch.cat raised
+    class Chunks(nn.Module):
+        def __init__(self, chunk):
+            super().__init__()
+            self.chunk = chunk
+
+        def forward(self, values):
+            means = torch.stack([t.mean(0) for t in torch.split(values, self.chunk)])
+            sections = torch.stack([t.mean(0) for t in torch.tensor_split(values, self.chunk)])
+            padded = torch.nn.utils.rnn.pad_sequence(torch.split(values, self.chunk), batch_first=True)
+            return means, sections, padded
+
+    values = torch.randn(10, 3)
+    torch._dynamo.reset()
+    compiled = fuse_compile(Chunks(3), inner="aot_eager")
+    for got, want in zip(compiled(values), Chunks(3)(values), strict=True):
+        torch.testing.assert_close(got, want)

@@ -11,6 +11,7 @@ turn; a node claimed by one entry's match (replaced or declined) is not matched,
 from __future__ import annotations
 
 import contextlib
+import operator
 
 import torch
 from torch import fx
@@ -47,6 +48,7 @@ def _creation_literals_set_aside(gm: fx.GraphModule):
     partition id holds. They are taken off for the matching and put back on every node that is still in the graph.
     Keywords are also put in name order, as the patterns' are. Yields how many nodes had literals taken off."""
     sort_keywords(gm.graph)
+    _none_index_as_unsqueeze(gm.graph)
     taken = {}
     for node in gm.graph.nodes:
         if node.op != "call_function" or node.target is not torch.arange:
@@ -66,6 +68,15 @@ def _creation_literals_set_aside(gm: fx.GraphModule):
 
 
 _VALUE_FREE_KWARGS = ("device", "dtype")
+_NEW_COLUMN = (slice(None, None, None), None)
+
+
+def _none_index_as_unsqueeze(graph: fx.Graph) -> None:
+    """`x[:, None]` becomes `x.unsqueeze(1)` (the same view for any x of rank >= 1, and the only spelling the
+    patterns trace): user code writes either where it broadcasts segment ids over the columns."""
+    for node in graph.nodes:
+        if node.op == "call_function" and node.target is operator.getitem and node.args[1:] == (_NEW_COLUMN,):
+            node.op, node.target, node.args = "call_method", "unsqueeze", (node.args[0], 1)
 
 
 def _value_free(name: str, value) -> bool:

@@ -57,6 +57,21 @@ def segment_reduce_keywords_form(v, lengths):
     return torch.segment_reduce(v, offsets=offsets, axis=0, reduce="mean")  # keywords in any order
 
 
+def scatter_reduce_none_index_form(v, lengths):
+    # segment ids broadcast with [:, None] (the patterns trace unsqueeze(1)), "mean" positional, numel() as the count
+    index = torch.repeat_interleave(torch.arange(lengths.numel()), lengths, output_size=v.shape[0])[:, None].expand(
+        -1, v.shape[1]
+    )
+    return torch.zeros(lengths.shape[0], v.shape[1], dtype=v.dtype).scatter_reduce(
+        0, index, v, "mean", include_self=False
+    )
+
+
+def scatter_add_none_index_form(v, lengths):
+    index = _segments(v, lengths)[:, None].expand_as(v)
+    return torch.zeros(lengths.shape[0], v.shape[1]).scatter_add(0, index, v) / lengths.clamp(min=1)[:, None]
+
+
 def embedding_bag_form(v, offsets):
     return F.embedding_bag(torch.arange(v.shape[0]), v, offsets[:-1], mode="mean")
 
@@ -71,6 +86,8 @@ FORMS = [
     (index_add_on_device_form, LENGTHS, "index_add_div"),
     (segment_reduce_keywords_form, LENGTHS, "segment_reduce_mean"),
     (embedding_bag_form, OFFSETS, "embedding_bag_mean"),
+    (scatter_reduce_none_index_form, LENGTHS, "scatter_reduce_mean"),
+    (scatter_add_none_index_form, LENGTHS, "scatter_add_div"),
 ]
 
 

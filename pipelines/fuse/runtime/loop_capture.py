@@ -68,9 +68,7 @@ class LoopHelpers:
 
     @staticmethod
     def pool(values: torch.Tensor, offsets) -> torch.Tensor:
-        if not isinstance(offsets, torch.Tensor):
-            offsets = torch.tensor(offsets, dtype=torch.int64, device=values.device)
-        return KERNEL_FUNCTIONS["triton_partitioned_mean"](values, offsets)
+        return KERNEL_FUNCTIONS["triton_partitioned_mean"](values, _as_index(offsets, values))
 
     @staticmethod
     def pool_lengths(values: torch.Tensor, lengths) -> torch.Tensor:
@@ -78,9 +76,8 @@ class LoopHelpers:
         written)."""
         if isinstance(lengths, int):
             return torch.stack([chunk.mean(0) for chunk in torch.split(values, lengths)])
-        if not isinstance(lengths, torch.Tensor):
-            lengths = torch.tensor(lengths, dtype=torch.int64, device=values.device)
-        offsets = torch.cat([lengths.new_zeros(1, dtype=torch.int64), lengths.cumsum(0).to(torch.int64)])
+        lengths = _as_index(lengths, values)
+        offsets = torch.cat([lengths.new_zeros(1), lengths.cumsum(0)])
         return KERNEL_FUNCTIONS["triton_partitioned_mean"](values, offsets)
 
     @staticmethod
@@ -89,9 +86,7 @@ class LoopHelpers:
         written)."""
         if isinstance(points, int):
             return torch.stack([chunk.mean(0) for chunk in torch.tensor_split(values, points)])
-        if not isinstance(points, torch.Tensor):
-            points = torch.tensor(points, dtype=torch.int64, device=values.device)
-        points = points.to(torch.int64)
+        points = _as_index(points, values)
         offsets = torch.cat([points.new_zeros(1), points, points.new_full((1,), values.shape[0])])
         return KERNEL_FUNCTIONS["triton_partitioned_mean"](values, offsets)
 
@@ -101,9 +96,14 @@ class LoopHelpers:
         equal chunks, as written)."""
         if isinstance(lengths, int):
             return torch.nn.utils.rnn.pad_sequence(torch.split(values, lengths), batch_first=True)
-        if not isinstance(lengths, torch.Tensor):
-            lengths = torch.tensor(lengths, dtype=torch.int64, device=values.device)
-        return pad_partitions(values, lengths.to(torch.int64))
+        return pad_partitions(values, _as_index(lengths, values))
+
+
+def _as_index(sizes, values: torch.Tensor) -> torch.Tensor:
+    """Sizes, bounds or points as the int64 tensor the ops take (a Python list on the values' device)."""
+    if not isinstance(sizes, torch.Tensor):
+        return torch.tensor(sizes, dtype=torch.int64, device=values.device)
+    return sizes.to(torch.int64)
 
 
 def capture_loops(model: torch.nn.Module, registry: Registry) -> int:

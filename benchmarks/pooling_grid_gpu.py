@@ -458,11 +458,9 @@ def grid_cells(dtypes=DTYPES, bs=GRID_B, lengths=GRID_LENGTH, widths=GRID_D) -> 
     return [(b, length, d, t) for d in order for b in bs for length in lengths for t in dtypes]
 
 
-def grid(
-    clock: Clock, ceiling_gbs: float, dtypes=DTYPES, cells: list[tuple] | None = None
-) -> tuple[list[dict], list[str]]:
+def grid(clock: Clock, ceiling_gbs: float, cells: list[tuple]) -> tuple[list[dict], list[str]]:
     rows, skipped = [], []
-    for b, length, d, dtype_name in grid_cells(dtypes) if cells is None else cells:
+    for b, length, d, dtype_name in cells:
         dtype = ALL_DTYPES[dtype_name]
         label = f"B={b} L={length} D={d} {dtype_name}"
         if b * length * d * dtype.itemsize > VALUES_LIMIT:
@@ -859,7 +857,7 @@ def main(argv=None) -> int:
         ("bandwidth", bandwidth_ceilings_gbs),
         ("recsys", lambda: recsys(clock, stop_left=args.budget_s * 0.35)),
         ("skew", lambda: skew(clock, report["bandwidth"]["ceiling"])),
-        ("grid", lambda: grid(clock, report["bandwidth"]["ceiling"], grid_dtypes, cells)),
+        ("grid", lambda: grid(clock, report["bandwidth"]["ceiling"], cells)),
         ("padded_correctness", lambda: padded_correctness(clock)),
         ("padded", lambda: padded_section(clock)),
     ]

@@ -278,8 +278,8 @@ _NEW_SCOPES = (ast.Lambda, ast.ListComp, ast.SetComp, ast.DictComp, ast.Generato
 def _stacking_calls(node):
     """Calls of a _STACKINGS function along rows in `node`, outer first, not inside a nested scope."""
     if isinstance(node, ast.Call) and _dotted(node.func) in _STACKINGS and len(node.args) in (1, 2):
-        dims = [k.value for k in node.keywords if k.arg == "dim"] + node.args[1:]
-        if len(node.keywords) == len(dims) - len(node.args[1:]) and all(_is_const(d, 0) for d in dims):
+        only_dim = all(k.arg == "dim" for k in node.keywords)
+        if only_dim and all(_is_const(d, 0) for d in [*node.args[1:], *(k.value for k in node.keywords)]):
             yield node
     for child in ast.iter_child_nodes(node):
         if not isinstance(child, _NEW_SCOPES):
@@ -369,8 +369,6 @@ def _split_call(node):
 def _rows_mean(node, keepdims=(False,)):
     """x, when `node` is the mean of x over rows (`x.mean(0)`, `torch.mean(x, dim=0)`) with a keepdim in
     `keepdims` (positional or keyword; absent is False)."""
-    if not isinstance(node, ast.Call) or node.func is None:
-        return None
     if _is_method(node, "mean") and _dotted(node.func) != "torch.mean":
         subject, args = node.func.value, node.args
     elif _dotted(node.func) == "torch.mean" and node.args:
@@ -378,12 +376,13 @@ def _rows_mean(node, keepdims=(False,)):
     else:
         return None
     keywords = {k.arg: k.value for k in node.keywords}
-    if set(keywords) - {"dim", "keepdim"} or len(args) > 2 or ("dim" in keywords and args):
+    if set(keywords) - {"dim", "keepdim"} or len(args) > 2:
         return None
-    dim = args[0] if args else keywords.get("dim")
-    keepdim = args[1] if len(args) == 2 else keywords.get("keepdim", ast.Constant(False))
-    if len(args) == 2 and "keepdim" in keywords:
+    given = dict(zip(("dim", "keepdim"), args, strict=False))
+    if given.keys() & keywords.keys():
         return None
+    given |= keywords
+    dim, keepdim = given.get("dim"), given.get("keepdim", ast.Constant(False))
     ok = _is_const(dim, 0) and isinstance(keepdim, ast.Constant) and keepdim.value in keepdims
     return subject if ok else None
 
